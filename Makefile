@@ -1,0 +1,52 @@
+# Transformers, hands-on: `make help` lists the targets.
+# Everything runs in a local virtual environment (.venv) that `make setup` creates.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+REPO   ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup lab check test lint exercises data badges clean
+
+help: ## List the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## Create .venv and install the pinned requirements (re-runs when they change)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "Python 3.11 not found: install it or run 'make setup PYTHON=/path/to/python3.11'"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+	@echo "Environment ready in $(VENV)."
+
+lab: setup ## Open JupyterLab on the exercise notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
+	$(BIN)/python -m course.nbtools check
+	$(BIN)/ruff check course tests solutions notebooks conftest.py
+	$(BIN)/python -m pytest tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
+
+test: setup ## Only the fast tests (no notebooks)
+	$(BIN)/python -m pytest tests -q
+
+lint: setup ## Lint the package, the tests and the notebooks with ruff
+	$(BIN)/ruff check course tests solutions notebooks conftest.py
+
+exercises: setup ## Regenerate notebooks/ and course/nn.py from solutions/
+	$(BIN)/python -m course.nbtools generate
+
+data: setup ## Download (or copy from $$COURSE_DATA_MIRROR) and prepare every dataset
+	$(BIN)/python -m course.data prepare
+
+badges: setup ## Point the Colab badges at another repository: make badges REPO=owner/name
+	@test -n "$(REPO)" || { echo "usage: make badges REPO=owner/name"; exit 1; }
+	$(BIN)/python -m course.nbtools badges --repo $(REPO)
+
+clean: ## Remove the environment, caches and prepared data (never your notebooks)
+	rm -rf $(VENV) .pytest_cache .ruff_cache data/prepared data/downloads
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

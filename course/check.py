@@ -1,0 +1,206 @@
+"""The self-check framework behind every ``check.<exercise>(...)`` cell.
+
+A check runs the student's code on inputs it chooses, compares the result with an
+independent reference and reports in one of three ways:
+
+* passed          -> one short line, ``✅ Exercise 0.1 (softmax): passed``
+* not implemented -> ``⏳ ... not implemented yet`` (the stub still raises NotImplementedError)
+* failed          -> what is wrong, what was expected, and a hint; no traceback from
+                     inside the checker (the student's own exception is summarised).
+
+In a notebook a check that does not pass raises :class:`CheckFailed`, so "Run All" stops at
+the first exercise that needs work; IPython renders it as the short message alone (via
+``_render_traceback_``). Tests call checks with ``raise_on_failure=False``, which returns the
+:class:`CheckResult` instead of raising.
+
+Writing a check::
+
+    @exercise_check("Exercise 0.1", "numerically stable softmax")
+    def softmax(student_softmax):
+        x = torch.randn(4, 7)
+        expect_close(student_softmax(x, dim=-1), torch.softmax(x, dim=-1),
+                     what="softmax of a random (4, 7) tensor",
+                     hint="Subtract the row maximum before exponentiating.")
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
+
+
+class CheckFailure(Exception):
+    """Raised *inside* a check body when the student's result is wrong."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass
+class CheckResult:
+    """Outcome of one check: ``status`` is one of passed / failed / not implemented."""
+
+    exercise: str
+    title: str
+    status: str
+    message: str = ""
+    hint: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    def __bool__(self) -> bool:  # lets tests write `assert check(...)`
+        return self.passed
+
+    def report(self) -> str:
+        head = f"{self.exercise} ({self.title})"
+        if self.status == PASSED:
+            return f"✅ {head}: passed"
+        if self.status == NOT_IMPLEMENTED:
+            return (
+                f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError` "
+                "in the exercise cell with your code, run that cell, then run this check again."
+            )
+        lines = [f"❌ {head}: {self.message}"]
+        if self.hint:
+            lines.append(f"   Hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class CheckFailed(AssertionError):
+    """Raised in a notebook when a check does not pass; IPython shows only the report."""
+
+    def __init__(self, result: CheckResult):
+        super().__init__(result.report())
+        self.result = result
+
+    def _render_traceback_(self) -> list[str]:  # IPython hook: no traceback, just the report
+        return self.result.report().splitlines()
+
+
+def _summarise_exception(exc: BaseException) -> str:
+    """`ValueError: ... (raised at cell line 3: `x = y @ z`)` from a student's exception."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    # The last frame outside this package is where the student's code failed.
+    own = [f for f in frames if "/course/" not in f.filename.replace("\\", "/")]
+    where = ""
+    if own:
+        frame = own[-1]
+        where = f" (in `{frame.name}`, line {frame.lineno}: `{(frame.line or '').strip()}`)"
+    return f"your code raised {type(exc).__name__}: {exc}{where}"
+
+
+def exercise_check(exercise: str, title: str, hint: str | None = None) -> Callable:
+    """Decorate a check body ``body(*student_objects)`` into a notebook-facing check.
+
+    The body raises :class:`CheckFailure` (usually via the ``expect*`` helpers) when something
+    is wrong. Any other exception is attributed to the student's code and summarised, with
+    ``hint`` (the exercise's general hint) appended.
+    """
+
+    def decorate(body: Callable[..., None]) -> Callable[..., CheckResult]:
+        @functools.wraps(body)
+        def run(*args: Any, raise_on_failure: bool = True, **kwargs: Any) -> CheckResult | None:
+            try:
+                body(*args, **kwargs)
+                result = CheckResult(exercise, title, PASSED)
+            except NotImplementedError:
+                result = CheckResult(exercise, title, NOT_IMPLEMENTED)
+            except CheckFailure as failure:
+                result = CheckResult(exercise, title, FAILED, failure.message, failure.hint or hint)
+            except Exception as exc:  # noqa: BLE001 - anything the student's code raised
+                result = CheckResult(exercise, title, FAILED, _summarise_exception(exc), hint)
+            print(result.report())
+            if not raise_on_failure:
+                return result
+            if not result.passed:
+                raise CheckFailed(result) from None
+            return None  # nothing more to show in the notebook than the printed line
+
+        run.exercise = exercise  # type: ignore[attr-defined]
+        return run
+
+    return decorate
+
+
+# --- assertion helpers used by check bodies ---------------------------------------------
+
+
+def expect(condition: bool, message: str, hint: str | None = None) -> None:
+    """Fail the check with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise CheckFailure(message, hint)
+
+
+def expect_tensor(value: Any, what: str, hint: str | None = None) -> torch.Tensor:
+    """Fail unless ``value`` is a tensor; return it."""
+    expect(
+        isinstance(value, torch.Tensor),
+        f"{what} should be a torch.Tensor, got {type(value).__name__}.",
+        hint,
+    )
+    return value
+
+
+def expect_shape(value: Any, shape: Sequence[int], what: str, hint: str | None = None) -> None:
+    """Fail unless ``value`` is a tensor of exactly ``shape``."""
+    tensor = expect_tensor(value, what, hint)
+    expect(
+        tuple(tensor.shape) == tuple(shape),
+        f"{what} has shape {tuple(tensor.shape)}, expected {tuple(shape)}.",
+        hint,
+    )
+
+
+def expect_close(
+    actual: Any,
+    expected: torch.Tensor,
+    what: str,
+    hint: str | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> None:
+    """Fail unless ``actual`` matches ``expected`` in shape, dtype family and values.
+
+    The message names the largest difference and where it is, which usually tells the
+    student whether a whole axis is wrong or a single edge case.
+    """
+    expect_shape(actual, expected.shape, what, hint)
+    expect(
+        actual.dtype == expected.dtype,
+        f"{what} has dtype {actual.dtype}, expected {expected.dtype}.",
+        hint or "Keep the input's dtype; avoid hard-coding float32.",
+    )
+    got, ref = actual.detach().cpu(), expected.detach().cpu()
+    nan_mismatch = torch.isnan(got) != torch.isnan(ref)
+    if nan_mismatch.any():
+        first = tuple(nan_mismatch.nonzero()[0].tolist())
+        raise CheckFailure(
+            f"{what} has NaN where the reference has a number, or the reverse "
+            f"(first at index {first}).",
+            hint,
+        )
+    if torch.allclose(got, ref, atol=atol, rtol=rtol, equal_nan=True):
+        return
+    diff = (got - ref).abs().nan_to_num(0.0)
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    raise CheckFailure(
+        f"{what} differs from the reference: largest difference {diff.max().item():.3g} "
+        f"at index {index} (yours {got[index].item():.6g}, expected {ref[index].item():.6g}).",
+        hint,
+    )
+
+
+def expect_equal(actual: Any, expected: Any, what: str, hint: str | None = None) -> None:
+    """Fail unless ``actual == expected`` (plain Python values)."""
+    expect(actual == expected, f"{what}: got {actual!r}, expected {expected!r}.", hint)

@@ -1,0 +1,86 @@
+"""The check framework: three outcomes, clear messages, no traceback from inside the checker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.check import (
+    FAILED,
+    NOT_IMPLEMENTED,
+    PASSED,
+    CheckFailed,
+    exercise_check,
+    expect_close,
+    expect_shape,
+)
+
+
+@exercise_check("Exercise 9.1", "identity", hint="Return the input unchanged.")
+def identity_check(fn):
+    x = torch.arange(6.0).reshape(2, 3)
+    expect_close(fn(x), x, what="identity of a (2, 3) tensor")
+
+
+def stub(x):
+    raise NotImplementedError
+
+
+def test_pass_prints_one_short_line(capsys):
+    assert identity_check(lambda x: x) is None
+    assert capsys.readouterr().out == "✅ Exercise 9.1 (identity): passed\n"
+
+
+def test_stub_is_reported_as_not_implemented(capsys):
+    result = identity_check(stub, raise_on_failure=False)
+    assert result.status == NOT_IMPLEMENTED and not result
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_wrong_value_names_the_difference_and_hint():
+    result = identity_check(lambda x: x * 2, raise_on_failure=False)
+    assert result.status == FAILED
+    assert "largest difference" in result.message and "index (1, 2)" in result.message
+    assert result.hint == "Return the input unchanged."
+
+
+def test_wrong_shape_and_dtype_are_named():
+    shape = identity_check(lambda x: x.T, raise_on_failure=False)
+    assert "shape (3, 2), expected (2, 3)" in shape.message
+    dtype = identity_check(lambda x: x.double(), raise_on_failure=False)
+    assert "dtype torch.float64, expected torch.float32" in dtype.message
+
+
+def test_student_exception_is_summarised_with_its_line():
+    def broken(x):
+        return x @ x  # (2, 3) @ (2, 3) cannot work
+
+    result = identity_check(broken, raise_on_failure=False)
+    assert result.status == FAILED
+    assert result.message.startswith("your code raised RuntimeError")
+    assert "return x @ x" in result.message
+
+
+def test_in_a_notebook_failure_raises_with_a_clean_rendering():
+    with pytest.raises(CheckFailed) as error:
+        identity_check(lambda x: x + 1)
+    rendered = error.value._render_traceback_()
+    assert rendered[0].startswith("❌ Exercise 9.1 (identity):")
+    assert not any("Traceback" in line for line in rendered)
+    with pytest.raises(CheckFailed):
+        identity_check(stub)
+
+
+def test_nan_where_reference_has_numbers_is_reported():
+    result = identity_check(lambda x: x.masked_fill(x > 4, float("nan")), raise_on_failure=False)
+    assert "NaN" in result.message
+
+
+def test_expect_shape_rejects_non_tensors():
+    @exercise_check("Exercise 9.2", "shape")
+    def shape_check(value):
+        expect_shape(value, (2,), what="the value")
+
+    assert shape_check(torch.zeros(2), raise_on_failure=False).status == PASSED
+    result = shape_check([0, 0], raise_on_failure=False)
+    assert "should be a torch.Tensor, got list" in result.message
