@@ -156,8 +156,8 @@ def render_nn_module() -> str:
         "solutions/*.ipynb: edit the solution notebook, not this file.\n"
         '"""\n\nfrom __future__ import annotations\n'
     )
-    parts = [header, "\n".join(imports)] if imports else [header]
-    return "\n".join(parts) + "\n\n\n" + "\n\n\n".join(bodies) + ("\n" if bodies else "")
+    text = header + ("\n" + "\n".join(imports) + "\n" if imports else "")
+    return text + "".join(f"\n\n{body}\n" for body in bodies)
 
 
 def render_all() -> dict[Path, str]:
