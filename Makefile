@@ -24,7 +24,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@echo "Environment ready in $(VENV)."
 
 lab: setup ## Open JupyterLab on the exercise notebooks
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
 	$(BIN)/python -m course.nbtools check
