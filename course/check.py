@@ -120,11 +120,12 @@ def exercise_check(exercise: str, title: str, hint: str | None = None) -> Callab
                 result = CheckResult(exercise, title, FAILED, failure.message, failure.hint or hint)
             except Exception as exc:  # noqa: BLE001 - anything the student's code raised
                 result = CheckResult(exercise, title, FAILED, _summarise_exception(exc), hint)
-            print(result.report())
             if not raise_on_failure:
+                print(result.report())
                 return result
             if not result.passed:
-                raise CheckFailed(result) from None
+                raise CheckFailed(result) from None  # rendered as the report alone
+            print(result.report())
             return None  # nothing more to show in the notebook than the printed line
 
         run.exercise = exercise  # type: ignore[attr-defined]
