@@ -109,6 +109,7 @@ def stub_markdown(source: str, where: str = "cell") -> str:
 def exercise_notebook(solution: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """The student version of one solution notebook."""
     notebook = copy.deepcopy(solution)
+    notebook.metadata.pop("widgets", None)  # saved progress-bar state belongs to the outputs
     for index, cell in enumerate(notebook.cells):
         where = f"{name}, cell {index}"
         if cell.cell_type == "code":
