@@ -96,3 +96,149 @@ class SelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         output, weights = scaled_dot_product_attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
         return self.w_o(output), weights
+
+
+# --- from solutions/03_multi_head_attention.ipynb ---
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, L, D) -> (B, H, L, D / H): head h gets features h * D/H ... (h + 1) * D/H - 1."""
+    batch, length, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    return x.reshape(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, L, d) -> (B, L, H * d), the inverse of :func:`split_heads`."""
+    batch, heads, length, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * d_head)
+
+
+# --- from solutions/03_multi_head_attention.ipynb ---
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al., 2017, section 3.2.2) for self- and cross-attention.
+
+    ``w_q``, ``w_k``, ``w_v``, ``w_o`` are ``nn.Linear(d_model, d_model)``. ``forward(query
+    (B, Lq, d_model), key (B, Lk, d_model), value (B, Lk, d_model), mask=None)`` returns
+    ``(output (B, Lq, d_model), weights (B, H, Lq, Lk))``. ``mask`` is boolean, True = "may
+    attend", shaped (B, Lq or 1, Lk) (the head axis is added here) or anything that
+    broadcasts to (B, H, Lq, Lk). Dropout, when training, acts on the attention weights.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.d_k = d_model // num_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        q = split_heads(self.w_q(query), self.num_heads)  # (B, H, Lq, d_k)
+        k = split_heads(self.w_k(key), self.num_heads)  # (B, H, Lk, d_k)
+        v = split_heads(self.w_v(value), self.num_heads)  # (B, H, Lk, d_k)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): one mask shared by every head
+        output, weights = scaled_dot_product_attention(q, k, v, mask)
+        if self.training and self.dropout.p > 0:
+            output = self.dropout(weights) @ v  # drop attention links, not features
+        return self.w_o(merge_heads(output)), weights
+
+
+# --- from solutions/04_positional_encoding.ipynb ---
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """The (max_len, d_model) float32 table of Vaswani et al. (2017), section 3.5.
+
+    ``PE[pos, 2i] = sin(pos / 10000^(2i / d_model))`` and
+    ``PE[pos, 2i + 1] = cos(pos / 10000^(2i / d_model))``, positions counted from 0.
+    """
+    # float64 for the angles: pos / 10000^(2i/d) loses digits in float32 for large pos.
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 0, 2, 4, ...
+    angle = position / 10000.0 ** (two_i / d_model)  # (max_len, ceil(d_model / 2))
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+# --- from solutions/04_positional_encoding.ipynb ---
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the sinusoidal table to a batch of embeddings: ``x (B, L, d_model) -> x + PE[:L]``.
+
+    The table is a buffer: it follows the module across devices and dtypes but is not
+    trained (and, being a formula, is not saved in checkpoints). Sequences longer than
+    ``max_len`` raise a ``ValueError``.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
+        super().__init__()
+        self.max_len = max_len
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.size(1)
+        if length > self.max_len:
+            raise ValueError(
+                f"sequence length {length} is longer than max_len={self.max_len}; "
+                "build the positional encoding with a larger max_len"
+            )
+        return self.dropout(x + self.pe[:length])
+
+
+# --- from solutions/04_positional_encoding.ipynb ---
+class LearnedPositionalEmbedding(nn.Module):
+    """One trainable vector per position (as in BERT and GPT): ``x (B, L, d) -> x + P[:L]``.
+
+    Sequences longer than ``max_len`` raise a ``ValueError``: no row was ever trained for them.
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.size(1)
+        if length > self.max_len:
+            raise ValueError(
+                f"sequence length {length} is longer than max_len={self.max_len}; "
+                "a learned embedding has no vector for those positions"
+            )
+        positions = torch.arange(length, device=x.device)
+        return x + self.embedding(positions)
+
+
+# --- from solutions/04_positional_encoding.ipynb ---
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> torch.Tensor:
+    """Rotary position embedding (Su et al., 2021) of queries or keys ``x`` (..., L, d), d even.
+
+    Each adjacent pair ``(x[..., 2i], x[..., 2i + 1])`` of the vector at position ``m`` is
+    rotated by the angle ``m * theta_i`` with ``theta_i = base^(-2i / d)``. ``positions``
+    (shape (L,), or broadcastable to x's (..., L)) defaults to 0, 1, ..., L - 1.
+    """
+    length, dim = x.shape[-2], x.shape[-1]
+    if dim % 2:
+        raise ValueError(f"apply_rope needs an even last dimension, got {dim}")
+    if positions is None:
+        positions = torch.arange(length, device=x.device)
+    # Angles in float64 for float64 inputs, else float32 (MPS has no float64).
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    theta = base ** (-torch.arange(0, dim, 2, device=x.device, dtype=dtype) / dim)  # (d/2,)
+    angle = positions.to(device=x.device, dtype=dtype).unsqueeze(-1) * theta  # (..., L, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2)  # interleave back: (e0', o0', e1', o1', ...)

@@ -1,0 +1,363 @@
+"""The checks of notebook 03 accept a correct solution and reject the stub and typical mistakes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course.check import FAILED, NOT_IMPLEMENTED, PASSED
+from course.checks import nb03 as check
+
+# --- 3.1 split / merge -----------------------------------------------------------------------
+
+
+def split_correct(x, num_heads):
+    batch, length, d_model = x.shape
+    return x.reshape(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def merge_correct(x):
+    batch, heads, length, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * d_head)
+
+
+def split_stub(x, num_heads):
+    raise NotImplementedError
+
+
+def merge_stub(x):
+    raise NotImplementedError
+
+
+def split_wrong_axis(x, num_heads):
+    """Reshapes straight to (B, H, L, d): each 'head' gets a mix of tokens."""
+    batch, length, d_model = x.shape
+    return x.reshape(batch, num_heads, length, d_model // num_heads)
+
+
+def split_strided(x, num_heads):
+    """Head h gets every H-th feature: self-consistent with merge_strided, but not the convention."""
+    batch, length, d_model = x.shape
+    return x.reshape(batch, length, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def merge_strided(x):
+    batch, heads, length, d_head = x.shape
+    return x.permute(0, 2, 3, 1).reshape(batch, length, heads * d_head)
+
+
+def merge_no_transpose(x):
+    """Flattens (B, H, L, d) directly: tokens and heads interleaved."""
+    batch, heads, length, d_head = x.shape
+    return x.reshape(batch, length, heads * d_head)
+
+
+def merge_view(x):
+    """.view after transpose fails on non-contiguous tensors."""
+    batch, heads, length, d_head = x.shape
+    return x.transpose(1, 2).view(batch, length, heads * d_head)
+
+
+def split_heads_last(x, num_heads):
+    """Returns (B, L, H, d): the head axis is not moved before the length."""
+    batch, length, d_model = x.shape
+    return x.reshape(batch, length, num_heads, d_model // num_heads)
+
+
+def merge_heads_last(x):
+    batch, length, heads, d_head = x.shape
+    return x.reshape(batch, length, heads * d_head)
+
+
+SPLIT_MERGE_WRONG = {
+    "split_wrong_axis": (split_wrong_axis, merge_correct),
+    "split_and_merge_strided": (split_strided, merge_strided),
+    "merge_wrong_order": (split_correct, merge_no_transpose),
+    "merge_view_on_non_contiguous": (split_correct, merge_view),
+    "merge_strided_order": (split_correct, merge_strided),
+    "head_axis_not_moved": (split_heads_last, merge_heads_last),
+}
+
+
+def test_split_merge_correct_passes():
+    result = check.split_merge_heads(split_correct, merge_correct, raise_on_failure=False)
+    assert result.status == PASSED
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [(split_stub, merge_stub), (split_correct, merge_stub), (split_stub, merge_correct)],
+    ids=["both", "merge", "split"],
+)
+def test_split_merge_stub_not_implemented(pair):
+    result = check.split_merge_heads(*pair, raise_on_failure=False)
+    assert result.status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("name", SPLIT_MERGE_WRONG)
+def test_split_merge_wrong_rejected(name):
+    result = check.split_merge_heads(*SPLIT_MERGE_WRONG[name], raise_on_failure=False)
+    assert result.status == FAILED, name
+
+
+# --- 3.2 multi-head attention ----------------------------------------------------------------
+
+
+def attention(q, k, v, mask=None, scale=None, softmax_dim=-1):
+    """Reference-style attention used by the test modules (mask: bool, True = attend)."""
+    scale = math.sqrt(q.size(-1)) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) / scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=softmax_dim)
+    return weights @ v, weights
+
+
+class MHACorrect(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.num_heads, self.d_model = num_heads, d_model
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def split(self, x):
+        return split_correct(x, self.num_heads)
+
+    def merge(self, x):
+        return merge_correct(x)
+
+    def prepare_mask(self, mask):
+        return mask.unsqueeze(1) if mask is not None and mask.dim() == 3 else mask
+
+    def attend(self, q, k, v, mask):
+        return attention(q, k, v, mask)
+
+    def forward(self, query, key, value, mask=None):
+        q = self.split(self.w_q(query))
+        k = self.split(self.w_k(key))
+        v = self.split(self.w_v(value))
+        output, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        output = self.dropout(weights) @ v if self.training else output
+        return self.output(self.merge(output)), weights
+
+    def output(self, merged):
+        return self.w_o(merged)
+
+
+class MHAStub(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        raise NotImplementedError
+
+
+class MHAForwardStub(MHACorrect):
+    def forward(self, query, key, value, mask=None):
+        raise NotImplementedError
+
+
+class MHASplitWrongAxis(MHACorrect):
+    def split(self, x):
+        return split_wrong_axis(x, self.num_heads)
+
+
+class MHAMergeWrongOrder(MHACorrect):
+    def merge(self, x):
+        return merge_no_transpose(x)
+
+
+class MHANoOutputProjection(MHACorrect):
+    def output(self, merged):
+        return merged
+
+
+class MHAScaleDModel(MHACorrect):
+    def attend(self, q, k, v, mask):
+        return attention(q, k, v, mask, scale=math.sqrt(self.d_model))
+
+
+class MHAScaleDModelNoSqrt(MHACorrect):
+    def attend(self, q, k, v, mask):
+        return attention(q, k, v, mask, scale=float(self.d_model))
+
+
+class MHANoScale(MHACorrect):
+    def attend(self, q, k, v, mask):
+        return attention(q, k, v, mask, scale=1.0)
+
+
+class MHAMaskIgnored(MHACorrect):
+    def attend(self, q, k, v, mask):
+        return attention(q, k, v, None)
+
+
+class MHAMaskNotUnsqueezed(MHACorrect):
+    """Passes the (B, Lq, Lk) mask as is: it broadcasts against the head axis when B == H."""
+
+    def prepare_mask(self, mask):
+        return mask
+
+
+class MHAMaskInverted(MHACorrect):
+    def prepare_mask(self, mask):
+        mask = super().prepare_mask(mask)
+        return (
+            None
+            if mask is None
+            else ~mask | torch.eye(mask.size(-1), dtype=torch.bool)[: mask.size(-2)]
+        )
+
+
+class MHASoftmaxOverQueries(MHACorrect):
+    def attend(self, q, k, v, mask):
+        return attention(q, k, v, mask, softmax_dim=-2)
+
+
+class MHAKeyAsValue(MHACorrect):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, key, mask)
+
+
+class MHAAveragedWeights(MHACorrect):
+    def forward(self, query, key, value, mask=None):
+        output, weights = super().forward(query, key, value, mask)
+        return output, weights.mean(dim=1)
+
+
+class MHAOutputOnly(MHACorrect):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, mask)[0]
+
+
+class MHADropoutInEval(MHACorrect):
+    def forward(self, query, key, value, mask=None):
+        q = self.split(self.w_q(query))
+        k = self.split(self.w_k(key))
+        v = self.split(self.w_v(value))
+        _, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        output = nn.functional.dropout(weights, self.dropout.p, training=True) @ v
+        return self.w_o(self.merge(output)), weights
+
+
+class MHAOneBiasFlag(MHACorrect):
+    """Ignores bias=False."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias=True)
+
+
+class MHASelfOnly(MHACorrect):
+    """Uses the query for keys and values: only self-attention works."""
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, query, query, mask)
+
+
+class MHAPerHeadLayers(nn.Module):
+    """Projects to d_k per head with separate layers and has no w_q/w_k/w_v/w_o."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.heads = nn.ModuleList(
+            nn.Linear(d_model, d_model // num_heads) for _ in range(num_heads)
+        )
+
+    def forward(self, query, key, value, mask=None):
+        raise AssertionError("never reached")
+
+
+MHA_WRONG = {
+    "split_wrong_axis": MHASplitWrongAxis,
+    "merge_wrong_order": MHAMergeWrongOrder,
+    "missing_output_projection": MHANoOutputProjection,
+    "scaled_by_sqrt_d_model": MHAScaleDModel,
+    "scaled_by_d_model": MHAScaleDModelNoSqrt,
+    "not_scaled": MHANoScale,
+    "mask_ignored": MHAMaskIgnored,
+    "mask_head_axis_missing": MHAMaskNotUnsqueezed,
+    "mask_inverted": MHAMaskInverted,
+    "softmax_over_queries": MHASoftmaxOverQueries,
+    "key_used_as_value": MHAKeyAsValue,
+    "weights_averaged_over_heads": MHAAveragedWeights,
+    "returns_output_only": MHAOutputOnly,
+    "dropout_active_in_eval": MHADropoutInEval,
+    "bias_flag_ignored": MHAOneBiasFlag,
+    "self_attention_only": MHASelfOnly,
+    "layers_misnamed": MHAPerHeadLayers,
+}
+
+
+def test_mha_correct_passes():
+    assert check.multi_head_attention(MHACorrect, raise_on_failure=False).status == PASSED
+
+
+@pytest.mark.parametrize("impl", [MHAStub, MHAForwardStub], ids=["init", "forward"])
+def test_mha_stub_not_implemented(impl):
+    assert check.multi_head_attention(impl, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("name", MHA_WRONG)
+def test_mha_wrong_rejected(name):
+    result = check.multi_head_attention(MHA_WRONG[name], raise_on_failure=False)
+    assert result.status == FAILED, name
+
+
+def test_mha_check_keeps_the_global_rng():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check.multi_head_attention(MHACorrect, raise_on_failure=False)
+    assert torch.equal(torch.rand(3), expected)
+
+
+# --- 3.3 parameter count ---------------------------------------------------------------------
+
+
+def count_correct(d_model, num_heads, bias=True):
+    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+
+def count_stub(d_model, num_heads, bias=True):
+    raise NotImplementedError
+
+
+COUNT_WRONG = {
+    "biases_forgotten": lambda d, h, bias=True: 4 * d * d,
+    "three_matrices": lambda d, h, bias=True: 3 * d * d + (3 * d if bias else 0),
+    "per_head_d_k_squared": lambda d, h, bias=True: 4 * h * (d // h) ** 2 + (4 * d if bias else 0),
+    "times_heads": lambda d, h, bias=True: h * (4 * d * d + (4 * d if bias else 0)),
+    "bias_always_counted": lambda d, h, bias=True: 4 * d * d + 4 * d,
+    "float_result": lambda d, h, bias=True: float(count_correct(d, h, bias)),
+}
+
+
+def test_count_correct_passes():
+    assert check.parameter_count(count_correct, raise_on_failure=False).status == PASSED
+
+
+def test_count_stub_not_implemented():
+    assert check.parameter_count(count_stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("name", COUNT_WRONG)
+def test_count_wrong_rejected(name):
+    result = check.parameter_count(COUNT_WRONG[name], raise_on_failure=False)
+    assert result.status == FAILED, name
+
+
+# --- the exported solutions pass too --------------------------------------------------------
+
+
+def test_course_nn_exports_pass():
+    nn_module = pytest.importorskip("course.nn")
+    if not hasattr(nn_module, "MultiHeadAttention"):
+        pytest.skip("course/nn.py not generated yet")
+    assert check.split_merge_heads(
+        nn_module.split_heads, nn_module.merge_heads, raise_on_failure=False
+    ).passed
+    assert check.multi_head_attention(nn_module.MultiHeadAttention, raise_on_failure=False).passed
