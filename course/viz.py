@@ -24,6 +24,8 @@ def heatmap(
     title: str | None = None,
     cmap: str = "viridis",
     colorbar: bool = True,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ) -> plt.Axes:
     """Show a 2-D array; rows are queries (y axis) and columns keys (x axis) by convention."""
     data = _to_numpy(matrix)
@@ -33,7 +35,8 @@ def heatmap(
         _, ax = plt.subplots(
             figsize=(max(3.0, 0.35 * data.shape[1] + 1.5), max(2.5, 0.35 * data.shape[0] + 1.0))
         )
-    image = ax.imshow(data, cmap=cmap, aspect="auto")
+    # "nearest": one flat square per entry, and far smaller PNGs than smoothed images.
+    image = ax.imshow(data, cmap=cmap, aspect="auto", interpolation="nearest", vmin=vmin, vmax=vmax)
     if x_labels is not None:
         ax.set_xticks(range(len(x_labels)), list(x_labels), rotation=90)
     if y_labels is not None:
@@ -65,7 +68,7 @@ def attention_grid(
         if index >= heads:
             ax.axis("off")
             continue
-        ax.imshow(data[index], cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.imshow(data[index], cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
         ax.set_title(titles[index] if titles else f"head {index}", fontsize=8)
         show = tokens is not None and len(tokens) <= 16
         ax.set_xticks(
