@@ -60,6 +60,8 @@ from pathlib import Path
 import datasets
 from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, load_from_disk
 
+from course.env import offline
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = REPO_ROOT / "data" / "samples"
 # Upstream file name -> the name of our generated stand-in under data/samples/<folder>/.
@@ -118,12 +120,6 @@ class _Spec:
 def data_dir() -> Path:
     """The folder holding ``prepared/`` and ``downloads/``: ``$COURSE_DATA_DIR`` or <repo>/data."""
     return Path(os.environ.get("COURSE_DATA_DIR") or REPO_ROOT / "data").expanduser()
-
-
-def _offline() -> bool:
-    """True when the user or CI asked us never to touch the network."""
-    flags = (os.environ.get(v, "").strip().lower() for v in ("COURSE_OFFLINE", "HF_HUB_OFFLINE"))
-    return any(f in {"1", "true", "yes", "on"} for f in flags)
 
 
 def _note(message: str) -> None:
@@ -571,7 +567,7 @@ def _from_downloads(spec: _Spec) -> tuple[DatasetDict, str] | None:
             _note(f"{spec.title}: the earlier download is damaged ({exc}); fetching it again.")
             for f in spec.files:
                 (folder / f).unlink(missing_ok=True)
-    if _offline():
+    if offline():
         _note(f"{spec.title}: offline (COURSE_OFFLINE / HF_HUB_OFFLINE set): not downloading.")
         return None
     _note(f"{spec.title}: downloading from the pinned upstream into {folder} ...")

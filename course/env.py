@@ -20,6 +20,13 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules
 
 
+def offline() -> bool:
+    """True when the user or CI asked that nothing contacts the network
+    (``COURSE_OFFLINE`` or ``HF_HUB_OFFLINE`` set to 1/true/yes/on)."""
+    flags = (os.environ.get(v, "").strip().lower() for v in ("COURSE_OFFLINE", "HF_HUB_OFFLINE"))
+    return any(flag in {"1", "true", "yes", "on"} for flag in flags)
+
+
 def pick_device(prefer: str | None = None) -> torch.device:
     """Return the best available device: CUDA, then Apple MPS, then CPU.
 

