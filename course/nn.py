@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import torch
 from torch import nn
+from collections.abc import Callable
 
 
 # --- from solutions/01_tokens.ipynb ---
@@ -242,3 +243,241 @@ def apply_rope(
     even, odd = x[..., 0::2], x[..., 1::2]
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
     return rotated.flatten(-2)  # interleave back: (e0', o0', e1', o1', ...)
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: linear1 -> ReLU -> dropout -> linear2.
+
+    ``linear1`` maps d_model -> d_ff and ``linear2`` maps d_ff -> d_model (both with biases);
+    ``forward(x (..., d_model)) -> (..., d_model)`` acts on every position independently.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class PreNormResidual(nn.Module):
+    """Pre-LN residual connection: ``x + dropout(sublayer(norm(x)))``.
+
+    ``sublayer`` is any function (B, L, d_model) -> (B, L, d_model), e.g. the FFN or a lambda
+    around an attention call. The residual path carries the un-normalised ``x``.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        return x + self.dropout(sublayer(self.norm(x)))
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class EncoderBlock(nn.Module):
+    """Pre-LN encoder block: self-attention then FFN, each in a ``PreNormResidual``.
+
+    ``forward(x (B, L, d_model), mask=None) -> (B, L, d_model)``; ``mask`` is boolean (True =
+    may attend), shaped (B, 1, L) or (B, L, L). With a causal mask this is also a GPT block.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.attn_residual = PreNormResidual(d_model, dropout)
+        self.ffn_residual = PreNormResidual(d_model, dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.ffn_residual(x, self.ffn)
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class Encoder(nn.Module):
+    """Token ids -> contextual vectors: embedding + sinusoidal PE, N pre-LN blocks, final norm.
+
+    ``forward(ids (B, L) long, mask=None) -> (B, L, d_model)``. Without a mask, the padding
+    mask is built from ``pad_id``. Sub-modules: ``embed``, ``pos``, ``layers``, ``norm``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        max_len: int = 512,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        self.layers = nn.ModuleList(
+            [EncoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.pos(self.embed(ids))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class DecoderBlock(nn.Module):
+    """Pre-LN decoder block: causal self-attention, cross-attention to the memory, FFN.
+
+    ``forward(x (B, Lt, d), memory (B, Ls, d), tgt_mask=None, memory_mask=None)``:
+    ``tgt_mask`` (B or 1, Lt, Lt) and ``memory_mask`` (B, 1, Ls) are boolean, True = may attend.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.self_attn_residual = PreNormResidual(d_model, dropout)
+        self.cross_attn_residual = PreNormResidual(d_model, dropout)
+        self.ffn_residual = PreNormResidual(d_model, dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        x = self.cross_attn_residual(
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask)[0]
+        )
+        return self.ffn_residual(x, self.ffn)
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class Decoder(nn.Module):
+    """Target ids + memory -> hidden states: embedding + PE, N decoder blocks, final norm.
+
+    ``forward(tgt_ids (B, Lt), memory (B, Ls, d_model), memory_mask=None) -> (B, Lt, d_model)``.
+    Self-attention uses the target padding mask AND the causal mask.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        max_len: int = 512,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        self.layers = nn.ModuleList(
+            [DecoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(
+        self, tgt_ids: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        length = tgt_ids.size(1)
+        tgt_mask = make_padding_mask(tgt_ids, self.pad_id) & make_causal_mask(
+            length, tgt_ids.device
+        )
+        x = self.pos(self.embed(tgt_ids))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x)
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (pre-LN): ``forward(src_ids, tgt_ids) -> logits``.
+
+    ``encode(src_ids) -> (memory, src_mask)`` and ``decode(tgt_ids, memory, memory_mask) ->
+    logits (B, Lt, tgt_vocab_size)`` are exposed for step-by-step decoding.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        max_len: int = 512,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.encoder = Encoder(
+            src_vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id
+        )
+        self.decoder = Decoder(
+            tgt_vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id
+        )
+        self.output_projection = nn.Linear(d_model, tgt_vocab_size)
+
+    def encode(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        src_mask = make_padding_mask(src_ids, self.pad_id)
+        return self.encoder(src_ids, src_mask), src_mask
+
+    def decode(
+        self, tgt_ids: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.output_projection(self.decoder(tgt_ids, memory, memory_mask))
+
+    def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
+        return self.decode(tgt_ids, *self.encode(src_ids))
+
+
+# --- from solutions/05_encoder_decoder.ipynb ---
+@torch.no_grad()
+def greedy_decode(
+    model: nn.Module,
+    src_ids: torch.Tensor,
+    max_new_tokens: int,
+    bos_id: int = 1,
+    eos_id: int = 2,
+    pad_id: int = 0,
+) -> torch.Tensor:
+    """Greedy decoding with an encoder-decoder ``model`` (``encode``/``decode`` methods).
+
+    Returns a LongTensor (B, 1 + steps) that starts with ``bos_id``; rows that produced
+    ``eos_id`` continue with ``pad_id``; stops when all rows are done or after ``max_new_tokens``.
+    """
+    memory, memory_mask = model.encode(src_ids)
+    batch = src_ids.size(0)
+    out = torch.full((batch, 1), bos_id, dtype=torch.long, device=src_ids.device)
+    done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
+    for _ in range(max_new_tokens):
+        next_token = model.decode(out, memory, memory_mask)[:, -1].argmax(dim=-1)
+        next_token = next_token.masked_fill(done, pad_id)  # finished rows only get padding
+        out = torch.cat([out, next_token.unsqueeze(1)], dim=1)
+        done |= next_token == eos_id
+        if bool(done.all()):
+            break
+    return out

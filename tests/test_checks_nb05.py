@@ -1,0 +1,871 @@
+"""The checks of notebook 05 pass a correct implementation and reject blank stubs and the
+typical mistakes (each wrong implementation below must be reported as "failed").
+
+The correct implementations are written here, independently of course.nn; the exported
+solution is tested too when course.nn already provides it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from course.check import FAILED, NOT_IMPLEMENTED, PASSED
+from course.checks import nb05 as check
+
+# --- correct reference implementations (independent of course.nn) --------------------------
+
+
+def make_padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    return (ids != pad_id)[:, None, :]
+
+
+def make_causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None]
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.w_q, self.w_k = nn.Linear(d_model, d_model, bias), nn.Linear(d_model, d_model, bias)
+        self.w_v, self.w_o = nn.Linear(d_model, d_model, bias), nn.Linear(d_model, d_model, bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        batch, lq, d_model = query.shape
+
+        def split(x: torch.Tensor) -> torch.Tensor:
+            return x.view(batch, x.shape[1], self.num_heads, -1).transpose(1, 2)
+
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None], float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1).nan_to_num(0.0))
+        out = (weights @ v).transpose(1, 2).reshape(batch, lq, d_model)
+        return self.w_o(out), weights
+
+
+class TokenEmbedding(nn.Module):
+    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None):
+        super().__init__()
+        self.table = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, ids):
+        return self.table(ids) * self.scale
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
+        super().__init__()
+        pos = torch.arange(max_len)[:, None].float()
+        freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2).float() / d_model)
+        table = torch.zeros(max_len, d_model)
+        table[:, 0::2], table[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
+        self.register_buffer("table", table, persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(x + self.table[: x.shape[1]])
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class PreNormResidual(nn.Module):
+    def __init__(self, d_model: int, dropout: float = 0.0):
+        super().__init__()
+        self.norm, self.dropout = nn.LayerNorm(d_model), nn.Dropout(dropout)
+
+    def forward(self, x, sublayer):
+        return x + self.dropout(sublayer(self.norm(x)))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.attn_residual = PreNormResidual(d_model, dropout)
+        self.ffn_residual = PreNormResidual(d_model, dropout)
+
+    def forward(self, x, mask=None):
+        x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.ffn_residual(x, self.ffn)
+
+
+class Encoder(nn.Module):
+    block = EncoderBlock
+
+    def __init__(
+        self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0, max_len=512, pad_id=0
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        self.layers = nn.ModuleList(
+            [self.block(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.pos(self.embed(ids))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.self_attn_residual = PreNormResidual(d_model, dropout)
+        self.cross_attn_residual = PreNormResidual(d_model, dropout)
+        self.ffn_residual = PreNormResidual(d_model, dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        x = self.cross_attn_residual(
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask)[0]
+        )
+        return self.ffn_residual(x, self.ffn)
+
+
+class Decoder(nn.Module):
+    block = DecoderBlock
+
+    def __init__(
+        self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0, max_len=512, pad_id=0
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
+        self.layers = nn.ModuleList(
+            [self.block(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
+        self.norm = nn.LayerNorm(d_model)
+
+    def target_mask(self, ids):
+        return make_padding_mask(ids, self.pad_id) & make_causal_mask(ids.shape[1], ids.device)
+
+    def forward(self, tgt_ids, memory, memory_mask=None):
+        tgt_mask = self.target_mask(tgt_ids)
+        x = self.pos(self.embed(tgt_ids))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    encoder_class, decoder_class = Encoder, Decoder
+
+    def __init__(
+        self,
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model,
+        num_heads,
+        d_ff,
+        num_layers,
+        dropout=0.0,
+        max_len=512,
+        pad_id=0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.encoder = self.encoder_class(
+            src_vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id
+        )
+        self.decoder = self.decoder_class(
+            tgt_vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id
+        )
+        self.output_projection = nn.Linear(d_model, tgt_vocab_size)
+
+    def encode(self, src_ids):
+        src_mask = make_padding_mask(src_ids, self.pad_id)
+        return self.encoder(src_ids, src_mask), src_mask
+
+    def decode(self, tgt_ids, memory, memory_mask=None):
+        return self.output_projection(self.decoder(tgt_ids, memory, memory_mask))
+
+    def forward(self, src_ids, tgt_ids):
+        return self.decode(tgt_ids, *self.encode(src_ids))
+
+
+@torch.no_grad()
+def greedy_decode(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    memory, memory_mask = model.encode(src_ids)
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        step = model.decode(out, memory, memory_mask)[:, -1].argmax(dim=-1)
+        step = step.masked_fill(done, pad_id)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == eos_id
+        if done.all():
+            break
+    return out
+
+
+# --- blank stubs ---------------------------------------------------------------------------
+
+
+class StubModule(nn.Module):
+    """What the exercise notebook holds before the student writes anything."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        raise NotImplementedError
+
+
+class StubForward(EncoderBlock):
+    """An exercise whose __init__ is given and whose forward is still the stub."""
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+class StubDecoderForward(DecoderBlock):
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+class StubResidualForward(PreNormResidual):
+    def forward(self, x, sublayer):
+        raise NotImplementedError
+
+
+def stub_greedy(*args, **kwargs):
+    raise NotImplementedError
+
+
+# --- wrong implementations -----------------------------------------------------------------
+
+# 5.1 FeedForward
+
+
+class FFNNoActivation(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.linear1(x))
+
+
+class FFNActivationLast(FeedForward):
+    def forward(self, x):
+        return torch.relu(self.linear2(self.linear1(x)))
+
+
+class FFNGelu(FeedForward):
+    def forward(self, x):
+        return self.linear2(nn.functional.gelu(self.linear1(x)))
+
+
+class FFNWithResidual(FeedForward):
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+class FFNHiddenIsDModel(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_model, dropout)
+
+
+class FFNNoDropout(FeedForward):
+    def forward(self, x):
+        return self.linear2(torch.relu(self.linear1(x)))
+
+
+class FFNMixesPositions(FeedForward):
+    def forward(self, x):
+        out = super().forward(x)
+        return out + out.mean(dim=1, keepdim=True)
+
+
+# 5.2 PreNormResidual
+
+
+class PostNorm(PreNormResidual):
+    def forward(self, x, sublayer):
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class ResidualAfterNorm(PreNormResidual):
+    def forward(self, x, sublayer):
+        h = self.norm(x)
+        return h + self.dropout(sublayer(h))
+
+
+class NoResidual(PreNormResidual):
+    def forward(self, x, sublayer):
+        return self.dropout(sublayer(self.norm(x)))
+
+
+class NoNorm(PreNormResidual):
+    def forward(self, x, sublayer):
+        return x + self.dropout(sublayer(x))
+
+
+class DropoutOnEverything(PreNormResidual):
+    def forward(self, x, sublayer):
+        return self.dropout(x + sublayer(self.norm(x)))
+
+
+# 5.3 EncoderBlock
+
+
+class EncoderPostLN(EncoderBlock):
+    def forward(self, x, mask=None):
+        x = self.attn_residual.norm(x + self.self_attn(x, x, x, mask)[0])
+        return self.ffn_residual.norm(x + self.ffn(x))
+
+
+class EncoderResidualAfterNorm(EncoderBlock):
+    """The residual added after the norm: the skip path carries LayerNorm(x)."""
+
+    def forward(self, x, mask=None):
+        h = self.attn_residual.norm(x)
+        x = h + self.self_attn(h, h, h, mask)[0]
+        h = self.ffn_residual.norm(x)
+        return h + self.ffn(h)
+
+
+class EncoderMaskIgnored(EncoderBlock):
+    def forward(self, x, mask=None):
+        return super().forward(x, None)
+
+
+class EncoderSharedNorm(EncoderBlock):
+    def forward(self, x, mask=None):
+        x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.attn_residual(x, self.ffn)
+
+
+class EncoderNoFFNResidual(EncoderBlock):
+    def forward(self, x, mask=None):
+        x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.ffn(self.ffn_residual.norm(x))
+
+
+class EncoderReturnsTuple(EncoderBlock):
+    def forward(self, x, mask=None):
+        return super().forward(x, mask), None
+
+
+# 5.4 Encoder
+
+
+class EncoderMissingFinalNorm(Encoder):
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.pos(self.embed(ids))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+class EncoderWithoutNormAttribute(Encoder):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self.norm
+
+    def forward(self, ids, mask=None):
+        return EncoderMissingFinalNorm.forward(self, ids, mask)
+
+
+class EncoderNoPositions(Encoder):
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class EncoderUnscaledEmbedding(Encoder):
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.pos(self.embed.table(ids))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class EncoderNoPaddingMask(Encoder):
+    def forward(self, ids, mask=None):
+        x = self.pos(self.embed(ids))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class EncoderPadIdZero(Encoder):
+    def forward(self, ids, mask=None):
+        return super().forward(ids, make_padding_mask(ids, 0) if mask is None else mask)
+
+
+class EncoderIgnoresGivenMask(Encoder):
+    def forward(self, ids, mask=None):
+        return super().forward(ids, None)
+
+
+class EncoderNormEveryBlock(Encoder):
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.pos(self.embed(ids))
+        for layer in self.layers:
+            x = self.norm(layer(x, mask))
+        return x
+
+
+class EncoderLearnedPositions(Encoder):
+    def __init__(self, vocab_size, d_model, *args, max_len=512, **kwargs):
+        super().__init__(vocab_size, d_model, *args, max_len=max_len, **kwargs)
+        self.pos = nn.Embedding(max_len, d_model)
+
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.embed(ids) + self.pos.weight[: ids.shape[1]]
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class EncoderOfPostLNBlocks(Encoder):
+    block = EncoderPostLN
+
+
+# 5.5 DecoderBlock
+
+
+class DecoderNoCausalMask(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, None, memory_mask)
+
+
+class CrossAttentionOnDecoderStates(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        x = self.cross_attn_residual(x, lambda h: self.cross_attn(h, h, h, tgt_mask)[0])
+        return self.ffn_residual(x, self.ffn)
+
+
+class CrossAttentionKeysFromDecoder(DecoderBlock):
+    """Decoder states as keys, memory as values (crashes when the lengths differ)."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        x = self.cross_attn_residual(x, lambda h: self.cross_attn(h, h, memory, memory_mask)[0])
+        return self.ffn_residual(x, self.ffn)
+
+
+class CrossAttentionQueriesFromMemory(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        x = self.cross_attn_residual(
+            x, lambda h: self.cross_attn(memory, h, h, None)[0][:, : h.shape[1]]
+        )
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderMemoryMaskIgnored(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, tgt_mask, None)
+
+
+class DecoderNormedMemory(DecoderBlock):
+    """Normalises the memory with the cross-attention's norm (PyTorch does not)."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        m = self.cross_attn_residual.norm(memory)
+        x = self.cross_attn_residual(x, lambda h: self.cross_attn(h, m, m, memory_mask)[0])
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderCrossBeforeSelf(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.cross_attn_residual(
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask)[0]
+        )
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderPostLN(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.self_attn_residual.norm(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.cross_attn_residual.norm(x + self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.ffn_residual.norm(x + self.ffn(x))
+
+
+class DecoderResidualAfterNorm(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        h = self.self_attn_residual.norm(x)
+        x = h + self.self_attn(h, h, h, tgt_mask)[0]
+        x = self.cross_attn_residual(
+            x, lambda h: self.cross_attn(h, memory, memory, memory_mask)[0]
+        )
+        return self.ffn_residual(x, self.ffn)
+
+
+# 5.6 Decoder
+
+
+class DecoderStackNoCausalMask(Decoder):
+    def target_mask(self, ids):
+        return make_padding_mask(ids, self.pad_id)
+
+
+class DecoderStackOnlyCausal(Decoder):
+    def target_mask(self, ids):
+        return make_causal_mask(ids.shape[1])
+
+
+class DecoderStackMissingFinalNorm(Decoder):
+    def forward(self, tgt_ids, memory, memory_mask=None):
+        tgt_mask = self.target_mask(tgt_ids)
+        x = self.pos(self.embed(tgt_ids))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x
+
+
+class DecoderStackNoPositions(Decoder):
+    def forward(self, tgt_ids, memory, memory_mask=None):
+        tgt_mask = self.target_mask(tgt_ids)
+        x = self.embed(tgt_ids)
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x)
+
+
+class DecoderStackDropsMemoryMask(Decoder):
+    def forward(self, tgt_ids, memory, memory_mask=None):
+        return super().forward(tgt_ids, memory, None)
+
+
+class DecoderStackCrossOnDecoderStates(Decoder):
+    block = CrossAttentionOnDecoderStates
+
+
+class DecoderStackOfBlocksWithoutCausalMask(Decoder):
+    block = DecoderNoCausalMask
+
+
+# 5.7 Transformer
+
+
+class TransformerNoMemoryMask(Transformer):
+    def forward(self, src_ids, tgt_ids):
+        memory, _ = self.encode(src_ids)
+        return self.decode(tgt_ids, memory, None)
+
+
+class TransformerSoftmax(Transformer):
+    def forward(self, src_ids, tgt_ids):
+        return torch.softmax(super().forward(src_ids, tgt_ids), dim=-1)
+
+
+class TransformerEncoderGetsNoMask(Transformer):
+    def encode(self, src_ids):
+        src_mask = make_padding_mask(src_ids, self.pad_id)
+        ones = torch.ones_like(src_mask)
+        return self.encoder(src_ids, ones), src_mask
+
+
+class TransformerMissingFinalNorms(Transformer):
+    encoder_class, decoder_class = EncoderMissingFinalNorm, DecoderStackMissingFinalNorm
+
+
+class TransformerDecoderWithoutCausalMask(Transformer):
+    decoder_class = DecoderStackNoCausalMask
+
+
+class TransformerCrossOnDecoderStates(Transformer):
+    decoder_class = DecoderStackCrossOnDecoderStates
+
+
+class TransformerIgnoresSource(Transformer):
+    def decode(self, tgt_ids, memory, memory_mask=None):
+        return self.output_projection(self.decoder(tgt_ids, torch.zeros_like(memory), None))
+
+
+class TransformerEncodeInconsistent(Transformer):
+    """forward is right, but encode (what greedy decoding uses) forgets the source mask."""
+
+    def encode(self, src_ids):
+        memory, _ = super().encode(src_ids)
+        return memory, None
+
+    def forward(self, src_ids, tgt_ids):
+        return Transformer.decode(self, tgt_ids, *Transformer.encode(self, src_ids))
+
+
+# 5.8 greedy_decode
+
+
+@torch.no_grad()
+def greedy_first_position(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    memory, memory_mask = model.encode(src_ids)
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        step = model.decode(out, memory, memory_mask)[:, 0].argmax(dim=-1)
+        step = step.masked_fill(done, pad_id)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == eos_id
+        if done.all():
+            break
+    return out
+
+
+@torch.no_grad()
+def greedy_ignores_eos(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    for _ in range(max_new_tokens):
+        step = model(src_ids, out)[:, -1].argmax(dim=-1)
+        out = torch.cat([out, step[:, None]], dim=1)
+    return out
+
+
+@torch.no_grad()
+def greedy_no_padding_after_eos(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        step = model(src_ids, out)[:, -1].argmax(dim=-1)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == eos_id
+        if done.all():
+            break
+    return out
+
+
+@torch.no_grad()
+def greedy_stops_at_first_eos(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    for _ in range(max_new_tokens):
+        step = model(src_ids, out)[:, -1].argmax(dim=-1)
+        out = torch.cat([out, step[:, None]], dim=1)
+        if (step == eos_id).any():
+            break
+    return out
+
+
+@torch.no_grad()
+def greedy_without_bos(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)[:, 1:]
+
+
+@torch.no_grad()
+def greedy_hardcoded_ids(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens)
+
+
+@torch.no_grad()
+def greedy_one_step_too_many(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens + 1, bos_id, eos_id, pad_id)
+
+
+# --- the tests -----------------------------------------------------------------------------
+
+CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
+    "feed_forward": (
+        check.feed_forward,
+        FeedForward,
+        {
+            "no activation": FFNNoActivation,
+            "activation after the second linear": FFNActivationLast,
+            "GELU instead of ReLU": FFNGelu,
+            "residual inside the FFN": FFNWithResidual,
+            "hidden size d_model instead of d_ff": FFNHiddenIsDModel,
+            "dropout missing": FFNNoDropout,
+            "mixes positions": FFNMixesPositions,
+        },
+    ),
+    "pre_norm_residual": (
+        check.pre_norm_residual,
+        PreNormResidual,
+        {
+            "post-LN": PostNorm,
+            "residual added after the norm": ResidualAfterNorm,
+            "no residual": NoResidual,
+            "no norm": NoNorm,
+            "dropout on the residual path too": DropoutOnEverything,
+        },
+    ),
+    "encoder_block": (
+        check.encoder_block,
+        EncoderBlock,
+        {
+            "post-LN block": EncoderPostLN,
+            "residual added after the norm": EncoderResidualAfterNorm,
+            "padding mask ignored": EncoderMaskIgnored,
+            "one norm shared by both sub-layers": EncoderSharedNorm,
+            "no residual around the FFN": EncoderNoFFNResidual,
+            "returns a tuple": EncoderReturnsTuple,
+        },
+    ),
+    "encoder": (
+        check.encoder,
+        Encoder,
+        {
+            "missing final norm": EncoderMissingFinalNorm,
+            "no final norm attribute": EncoderWithoutNormAttribute,
+            "no positional encoding": EncoderNoPositions,
+            "embedding not scaled by sqrt(d_model)": EncoderUnscaledEmbedding,
+            "padding mask not built": EncoderNoPaddingMask,
+            "pad id hard-coded to 0": EncoderPadIdZero,
+            "explicit mask ignored": EncoderIgnoresGivenMask,
+            "final norm after every block": EncoderNormEveryBlock,
+            "learned positions": EncoderLearnedPositions,
+            "post-LN blocks": EncoderOfPostLNBlocks,
+        },
+    ),
+    "decoder_block": (
+        check.decoder_block,
+        DecoderBlock,
+        {
+            "no causal mask": DecoderNoCausalMask,
+            "cross-attention fed the decoder states": CrossAttentionOnDecoderStates,
+            "cross-attention keys from the decoder": CrossAttentionKeysFromDecoder,
+            "cross-attention queries from the memory": CrossAttentionQueriesFromMemory,
+            "memory mask ignored": DecoderMemoryMaskIgnored,
+            "memory normalised in the block": DecoderNormedMemory,
+            "cross-attention before self-attention": DecoderCrossBeforeSelf,
+            "post-LN block": DecoderPostLN,
+            "residual added after the norm": DecoderResidualAfterNorm,
+        },
+    ),
+    "decoder": (
+        check.decoder,
+        Decoder,
+        {
+            "no causal mask": DecoderStackNoCausalMask,
+            "no target padding mask": DecoderStackOnlyCausal,
+            "missing final norm": DecoderStackMissingFinalNorm,
+            "no positional encoding": DecoderStackNoPositions,
+            "memory mask dropped": DecoderStackDropsMemoryMask,
+            "cross-attention fed the decoder states": DecoderStackCrossOnDecoderStates,
+            "blocks ignore the causal mask": DecoderStackOfBlocksWithoutCausalMask,
+        },
+    ),
+    "transformer": (
+        check.transformer,
+        Transformer,
+        {
+            "source padding mask not given to the decoder": TransformerNoMemoryMask,
+            "returns probabilities": TransformerSoftmax,
+            "encoder gets no padding mask": TransformerEncoderGetsNoMask,
+            "missing final norms": TransformerMissingFinalNorms,
+            "decoder without the causal mask": TransformerDecoderWithoutCausalMask,
+            "cross-attention fed the decoder states": TransformerCrossOnDecoderStates,
+            "source ignored": TransformerIgnoresSource,
+            "encode/decode disagree with forward": TransformerEncodeInconsistent,
+        },
+    ),
+    "greedy_decode": (
+        check.greedy_decode,
+        greedy_decode,
+        {
+            "logits of the first position": greedy_first_position,
+            "ignores EOS": greedy_ignores_eos,
+            "no padding after EOS": greedy_no_padding_after_eos,
+            "stops at the first EOS in the batch": greedy_stops_at_first_eos,
+            "output without BOS": greedy_without_bos,
+            "special ids hard-coded": greedy_hardcoded_ids,
+            "one step too many": greedy_one_step_too_many,
+        },
+    ),
+}
+
+STUBS = {
+    "feed_forward": StubModule,
+    "pre_norm_residual": StubResidualForward,
+    "encoder_block": StubForward,
+    "encoder": StubModule,
+    "decoder_block": StubDecoderForward,
+    "decoder": StubModule,
+    "transformer": StubModule,
+    "greedy_decode": stub_greedy,
+}
+
+WRONG = [
+    pytest.param(name, wrong, id=f"{name}-{label}")
+    for name, (_, _, wrongs) in CASES.items()
+    for label, wrong in wrongs.items()
+]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_correct_implementation_passes(name):
+    check_fn, correct, _ = CASES[name]
+    result = check_fn(correct, raise_on_failure=False)
+    assert result.status == PASSED, result.report()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_blank_stub_is_not_implemented(name):
+    check_fn, _, _ = CASES[name]
+    result = check_fn(STUBS[name], raise_on_failure=False)
+    assert result.status == NOT_IMPLEMENTED, result.report()
+
+
+@pytest.mark.parametrize(("name", "wrong"), WRONG)
+def test_wrong_implementation_is_rejected(name, wrong):
+    check_fn = CASES[name][0]
+    result = check_fn(wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+    assert result.message  # says what is wrong
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_exported_solution_passes(name):
+    """course.nn's exported modules (generated from the solution notebook) pass too."""
+    import course.nn
+
+    exported = {
+        "feed_forward": "FeedForward",
+        "pre_norm_residual": "PreNormResidual",
+        "encoder_block": "EncoderBlock",
+        "encoder": "Encoder",
+        "decoder_block": "DecoderBlock",
+        "decoder": "Decoder",
+        "transformer": "Transformer",
+        "greedy_decode": "greedy_decode",
+    }[name]
+    if not hasattr(course.nn, exported):
+        pytest.skip(f"course.nn has no {exported} yet (run `make exercises`)")
+    result = CASES[name][0](getattr(course.nn, exported), raise_on_failure=False)
+    assert result.status == PASSED, result.report()
+
+
+def test_checks_leave_the_global_random_stream_alone():
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    check.encoder_block(EncoderBlock, raise_on_failure=False)
+    assert torch.equal(torch.rand(3), before)
