@@ -481,3 +481,44 @@ def greedy_decode(
         if bool(done.all()):
             break
     return out
+
+
+# --- from solutions/06_bert_finetuning.ipynb ---
+def train_step(model, batch, optimizer, scheduler, max_grad_norm: float = 1.0) -> float:
+    """One optimisation step of ``model`` on ``batch``; returns the batch's loss.
+
+    ``batch`` is a dict of tensors including ``labels`` (a collator's output); ``model(**batch)``
+    must return an object with a ``.loss`` (any Hugging Face ``...For...`` model does). The
+    batch is moved to the model's device; the gradient's global norm is clipped to
+    ``max_grad_norm`` before the update; ``scheduler`` is stepped once, after the optimizer.
+    """
+    model.train()
+    device = next(model.parameters()).device
+    batch = {key: value.to(device) for key, value in batch.items()}
+    optimizer.zero_grad()
+    loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
+# --- from solutions/06_bert_finetuning.ipynb ---
+def evaluate_accuracy(model, loader, device) -> float:
+    """Accuracy of ``model`` over every labelled position in ``loader`` (labels -100 ignored).
+
+    Works for sequence labels (batch,) and token labels (batch, length) alike: predictions are
+    ``logits.argmax(-1)``. Leaves the model in eval mode.
+    """
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for batch in loader:
+            batch = {key: value.to(device) for key, value in batch.items()}
+            labels = batch.pop("labels")
+            predictions = model(**batch).logits.argmax(dim=-1)
+            labelled = labels != -100
+            correct += ((predictions == labels) & labelled).sum().item()
+            total += labelled.sum().item()
+    return correct / total
