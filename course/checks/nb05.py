@@ -477,6 +477,26 @@ def _torch_encoder(dtype: torch.dtype) -> nn.TransformerEncoder:
     ).train()
 
 
+def _stack_like_reference(
+    Stack: type,
+    kind: str,
+    reference: nn.Module,
+    load_layer: Callable,
+    pad_id: int,
+    dtype: torch.dtype,
+    seed: int,
+) -> tuple[nn.Module, torch.Tensor]:
+    """Build the student's Encoder/Decoder with random weights and copy them into the
+    PyTorch ``reference`` stack (blocks and final norm); return it and its embedding table."""
+    model = Stack(VOCAB, D_MODEL, HEADS, D_FF, LAYERS, pad_id=pad_id).to(dtype)
+    _randomize_(model, seed)
+    model.eval()
+    for index, block in enumerate(_layers(model, LAYERS, kind)):
+        load_layer(reference.layers[index], block, f"{kind}.layers[{index}]")
+    _load_norm(reference.norm, model, "norm", kind)
+    return model, _token_embedding(model, kind)
+
+
 @exercise_check(
     "Exercise 5.4",
     "encoder",
@@ -488,14 +508,10 @@ def encoder(Encoder: type) -> None:
     """Match embedding*sqrt(d) + sinusoidal PE -> nn.TransformerEncoder(norm=LayerNorm)."""
     with _quiet():
         for seed, (dtype, pad_id) in enumerate(((torch.float64, 0), (torch.float32, 3))):
-            model = Encoder(VOCAB, D_MODEL, HEADS, D_FF, LAYERS, pad_id=pad_id).to(dtype)
-            _randomize_(model, 30 + seed)
-            model.eval()
             reference = _torch_encoder(dtype)
-            for index, block in enumerate(_layers(model, LAYERS, "Encoder")):
-                _load_encoder_layer(reference.layers[index], block, f"Encoder.layers[{index}]")
-            _load_norm(reference.norm, model, "norm", "Encoder")
-            weight = _token_embedding(model, "Encoder")
+            model, weight = _stack_like_reference(
+                Encoder, "Encoder", reference, _load_encoder_layer, pad_id, dtype, 30 + seed
+            )
             for lengths, width in (([6, 3, 1], 6), ([9], 9)):
                 ids = _ids(lengths, width, pad_id, seed=40 + seed)
                 with torch.no_grad():
@@ -631,14 +647,10 @@ def decoder(Decoder: type) -> None:
     """Match E[ids]·sqrt(d) + PE -> nn.TransformerDecoder(norm=LayerNorm); causality."""
     with _quiet():
         for seed, (dtype, pad_id) in enumerate(((torch.float64, 0), (torch.float32, 2))):
-            model = Decoder(VOCAB, D_MODEL, HEADS, D_FF, LAYERS, pad_id=pad_id).to(dtype)
-            _randomize_(model, 90 + seed)
-            model.eval()
             reference = _torch_decoder(dtype)
-            for index, block in enumerate(_layers(model, LAYERS, "Decoder")):
-                _load_decoder_layer(reference.layers[index], block, f"Decoder.layers[{index}]")
-            _load_norm(reference.norm, model, "norm", "Decoder")
-            weight = _token_embedding(model, "Decoder")
+            model, weight = _stack_like_reference(
+                Decoder, "Decoder", reference, _load_decoder_layer, pad_id, dtype, 90 + seed
+            )
             generator = _generator(100 + seed)
             for tgt_lengths, lt, mem_lengths, ls in (([6, 2], 6, [4, 7], 7), ([5], 5, [3], 3)):
                 ids = _ids(tgt_lengths, lt, pad_id, seed=110 + seed)
