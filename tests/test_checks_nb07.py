@@ -1,0 +1,410 @@
+"""The checks of notebook 07 accept a correct solution and reject stubs and typical mistakes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.check import FAILED, NOT_IMPLEMENTED
+from course.checks import nb07 as check
+
+IGNORE = -100
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from course import models
+
+    return models.load_tokenizer()
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+# --- Exercise 7.1: align_labels -----------------------------------------------------------
+
+
+def align_labels(encoding, tags):
+    rows = []
+    for i, word_tags in enumerate(tags):
+        previous, row = None, []
+        for word_id in encoding.word_ids(i):
+            if word_id is None or word_id == previous:
+                row.append(IGNORE)
+            else:
+                row.append(word_tags[word_id])
+            previous = word_id
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def align_every_piece(encoding, tags):
+    rows = []
+    for i, word_tags in enumerate(tags):
+        rows.append([IGNORE if w is None else word_tags[w] for w in encoding.word_ids(i)])
+    return torch.tensor(rows)
+
+
+def align_last_piece(encoding, tags):
+    rows = []
+    for i, word_tags in enumerate(tags):
+        ids = encoding.word_ids(i)
+        row = []
+        for j, w in enumerate(ids):
+            is_last = j + 1 == len(ids) or ids[j + 1] != w
+            row.append(word_tags[w] if w is not None and is_last else IGNORE)
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_special_tokens_labelled(encoding, tags):
+    """[CLS]/[SEP]/[PAD] labelled with the first word's tag instead of -100."""
+    rows = []
+    for i, word_tags in enumerate(tags):
+        previous, row = None, []
+        for j, w in enumerate(encoding.word_ids(i)):
+            if w is None:
+                row.append(word_tags[0] if encoding["attention_mask"][i, j] else IGNORE)
+            else:
+                row.append(word_tags[w] if w != previous else IGNORE)
+            previous = w
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_specials_zero(encoding, tags):
+    """Every None position gets class 0 (ADJ), a silent and common mistake."""
+    labels = align_labels(encoding, tags)
+    return labels.masked_fill(labels.eq(IGNORE) & _first_or_none(encoding), 0)
+
+
+def _first_or_none(encoding):
+    mask = torch.zeros_like(encoding["input_ids"], dtype=torch.bool)
+    for i in range(mask.shape[0]):
+        for j, w in enumerate(encoding.word_ids(i)):
+            mask[i, j] = w is None
+    return mask
+
+
+def align_off_by_one_minus(encoding, tags):
+    """Word ids treated as 1-based: tags[word_id - 1] (wraps around for the first word)."""
+    rows = []
+    for i, word_tags in enumerate(tags):
+        previous, row = None, []
+        for w in encoding.word_ids(i):
+            row.append(IGNORE if w is None or w == previous else word_tags[w - 1])
+            previous = w
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_off_by_one_plus(encoding, tags):
+    """tags[word_id + 1] (the next word's tag), guarded at the end of the sentence."""
+    rows = []
+    for i, word_tags in enumerate(tags):
+        previous, row = None, []
+        for w in encoding.word_ids(i):
+            if w is None or w == previous:
+                row.append(IGNORE)
+            else:
+                row.append(word_tags[min(w + 1, len(word_tags) - 1)])
+            previous = w
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_by_position(encoding, tags):
+    """Assumes one token per word: label of token j is tags[j - 1]."""
+    rows = []
+    for i, word_tags in enumerate(tags):
+        row = []
+        for j, w in enumerate(encoding.word_ids(i)):
+            row.append(word_tags[j - 1] if w is not None and 0 < j <= len(word_tags) else IGNORE)
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_own_counter(encoding, tags):
+    """Counts new words with its own counter from the start of the row, so [CLS] shifts it."""
+    rows = []
+    for i, word_tags in enumerate(tags):
+        previous, row, count = "start", [], 0
+        for w in encoding.word_ids(i):
+            if w is None:
+                row.append(IGNORE)
+            elif w != previous:
+                row.append(word_tags[min(count, len(word_tags) - 1)])
+            else:
+                row.append(IGNORE)
+            if w != previous:
+                count += 1
+            previous = w
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_padding_zero(encoding, tags):
+    """Starts from zeros and only writes -100 on [CLS]/[SEP]: padding keeps label 0."""
+    labels = torch.zeros_like(encoding["input_ids"])
+    for i, word_tags in enumerate(tags):
+        previous = None
+        for j, w in enumerate(encoding.word_ids(i)):
+            if encoding["attention_mask"][i, j] == 0:
+                continue
+            labels[i, j] = IGNORE if w is None or w == previous else word_tags[w]
+            previous = w
+    return labels
+
+
+def align_ignores_truncation(encoding, tags):
+    """Lays out [CLS] + pieces + [SEP] from per-word piece counts, then cuts/pads to L."""
+    length = encoding["input_ids"].shape[1]
+    rows = []
+    for i, word_tags in enumerate(tags):
+        ids = encoding.word_ids(i)
+        counts = [ids.count(k) for k in range(len(word_tags))]
+        counts = [c if c else 1 for c in counts]  # truncated words assumed to be one piece
+        row = [IGNORE]
+        for tag, n in zip(word_tags, counts, strict=True):
+            row += [tag] + [IGNORE] * (n - 1)
+        row.append(IGNORE)
+        row = (row + [IGNORE] * length)[:length]
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def align_word_to_tokens(encoding, tags):
+    """Loops over words with word_to_tokens(): None for words cut by truncation -> crash."""
+    labels = torch.full_like(encoding["input_ids"], IGNORE)
+    for i, word_tags in enumerate(tags):
+        for k, tag in enumerate(word_tags):
+            span = encoding.word_to_tokens(i, k)
+            labels[i, span.start] = tag
+    return labels
+
+
+def align_returns_list(encoding, tags):
+    return align_labels(encoding, tags).tolist()
+
+
+def align_returns_float(encoding, tags):
+    return align_labels(encoding, tags).float()
+
+
+def align_unpadded_rows(encoding, tags):
+    """Drops the padding: rows of different lengths, stacked by padding with... nothing."""
+    labels = align_labels(encoding, tags)
+    keep = encoding["attention_mask"].sum(dim=1).max()
+    return labels[:, : max(1, int(keep) - 1)]
+
+
+def align_mutates_tags(encoding, tags):
+    labels = align_labels(encoding, tags)
+    for word_tags in tags:
+        word_tags.append(IGNORE)
+    return labels
+
+
+WRONG_ALIGN = [
+    align_every_piece,
+    align_last_piece,
+    align_special_tokens_labelled,
+    align_specials_zero,
+    align_off_by_one_minus,
+    align_off_by_one_plus,
+    align_by_position,
+    align_own_counter,
+    align_padding_zero,
+    align_ignores_truncation,
+    align_word_to_tokens,
+    align_returns_list,
+    align_returns_float,
+    align_unpadded_rows,
+    align_mutates_tags,
+]
+
+
+def test_align_reference_passes(tokenizer):
+    assert check.align_labels(align_labels, tokenizer, raise_on_failure=False).passed
+
+
+def test_align_stub_is_not_implemented(tokenizer):
+    assert check.align_labels(stub, tokenizer, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("wrong", WRONG_ALIGN, ids=lambda f: f.__name__)
+def test_align_wrong_is_rejected(tokenizer, wrong):
+    result = check.align_labels(wrong, tokenizer, raise_on_failure=False)
+    assert result.status == FAILED, f"{wrong.__name__} was accepted"
+
+
+def test_align_rejects_slow_tokenizer(tokenizer):
+    class Slow:
+        is_fast = False
+
+    result = check.align_labels(align_labels, Slow(), raise_on_failure=False)
+    assert result.status == FAILED and "fast tokenizer" in result.message
+
+
+def test_align_messages_name_the_problem(tokenizer):
+    every = check.align_labels(align_every_piece, tokenizer, raise_on_failure=False)
+    assert "piece 2 of" in every.message and "FIRST piece" in every.hint
+    pad = check.align_labels(align_padding_zero, tokenizer, raise_on_failure=False)
+    assert "padding" in pad.message
+    special = check.align_labels(align_special_tokens_labelled, tokenizer, raise_on_failure=False)
+    assert "[SEP]" in special.message or "[CLS]" in special.message
+
+
+def test_reference_layout_matches_the_tokenizer_on_the_treebank(tokenizer):
+    """The check's word-by-word reference equals word_ids() alignment on real EWT sentences."""
+    from course import data
+
+    ewt = data.load_ud_ewt()
+    sentences = ewt["train"].select(range(300))
+    words = [list(w) for w in sentences["tokens"]]
+    tags = [list(t) for t in sentences["upos"]]
+    for max_length in (512, 24):
+        encoding = tokenizer(
+            words,
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        )
+        length = encoding["input_ids"].shape[1]
+        ids, labels, _ = check._reference_layout(tokenizer, words, tags, max_length, length)
+        assert encoding["input_ids"].tolist() == ids
+        assert align_labels(encoding, tags).tolist() == labels
+
+
+# --- Exercise 7.2: word_predictions -------------------------------------------------------
+
+
+def word_predictions(word_ids, token_predictions, num_words):
+    if isinstance(token_predictions, torch.Tensor):
+        token_predictions = token_predictions.tolist()
+    out = [-1] * num_words
+    previous = None
+    for word_id, prediction in zip(word_ids, token_predictions, strict=True):
+        if word_id is not None and word_id != previous:
+            out[word_id] = int(prediction)
+        previous = word_id
+    return out
+
+
+def words_last_piece(word_ids, token_predictions, num_words):
+    out = [-1] * num_words
+    for word_id, prediction in zip(word_ids, list(token_predictions), strict=True):
+        if word_id is not None:
+            out[word_id] = int(prediction)
+    return out
+
+
+def words_keep_specials(word_ids, token_predictions, num_words):
+    return [int(p) for p in list(token_predictions)]
+
+
+def words_skip_specials_only(word_ids, token_predictions, num_words):
+    """One prediction per non-special TOKEN: continuation pieces counted as words."""
+    return [int(p) for w, p in zip(word_ids, list(token_predictions), strict=True) if w is not None]
+
+
+def words_drop_missing(word_ids, token_predictions, num_words):
+    full = word_predictions(word_ids, token_predictions, num_words)
+    return [p for p in full if p != -1]
+
+
+def words_missing_zero(word_ids, token_predictions, num_words):
+    return [0 if p == -1 else p for p in word_predictions(word_ids, token_predictions, num_words)]
+
+
+def words_shifted(word_ids, token_predictions, num_words):
+    """Reads the prediction one token too late (index + 1)."""
+    preds = [int(p) for p in list(token_predictions)]
+    out = [-1] * num_words
+    previous = None
+    for j, word_id in enumerate(word_ids):
+        if word_id is not None and word_id != previous:
+            out[word_id] = preds[min(j + 1, len(preds) - 1)]
+        previous = word_id
+    return out
+
+
+def words_returns_tensor_of_floats(word_ids, token_predictions, num_words):
+    return torch.tensor(word_predictions(word_ids, token_predictions, num_words), dtype=torch.float)
+
+
+WRONG_WORDS = [
+    words_last_piece,
+    words_keep_specials,
+    words_skip_specials_only,
+    words_drop_missing,
+    words_missing_zero,
+    words_shifted,
+    words_returns_tensor_of_floats,
+]
+
+
+def test_words_reference_passes(tokenizer):
+    assert check.word_predictions(word_predictions, tokenizer, raise_on_failure=False).passed
+
+
+def test_words_reference_passes_without_tokenizer():
+    assert check.word_predictions(word_predictions, raise_on_failure=False).passed
+
+
+def test_words_stub_is_not_implemented(tokenizer):
+    result = check.word_predictions(stub, tokenizer, raise_on_failure=False)
+    assert result.status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize("wrong", WRONG_WORDS, ids=lambda f: f.__name__)
+def test_words_wrong_is_rejected(tokenizer, wrong):
+    result = check.word_predictions(wrong, tokenizer, raise_on_failure=False)
+    assert result.status == FAILED, f"{wrong.__name__} was accepted"
+
+
+def test_round_trip_on_the_treebank(tokenizer):
+    """Aligning gold tags and reading them back gives the gold tags (truncated words: -1)."""
+    from course import data
+
+    sentences = data.load_ud_ewt()["test"].select(range(200))
+    words = [list(w) for w in sentences["tokens"]]
+    tags = [list(t) for t in sentences["upos"]]
+    encoding = tokenizer(
+        words,
+        is_split_into_words=True,
+        truncation=True,
+        max_length=20,
+        padding=True,
+        return_tensors="pt",
+    )
+    labels = align_labels(encoding, tags)
+    for i, gold in enumerate(tags):
+        back = word_predictions(encoding.word_ids(i), labels[i], len(gold))
+        kept = [g for g, b in zip(gold, back, strict=True) if b != -1]
+        assert back[: len(kept)] == kept and all(b == -1 for b in back[len(kept) :])
+
+
+def _solution_functions() -> dict:
+    """align_labels and word_predictions as written in the solution notebook."""
+    import nbformat
+
+    from course.nbtools import SOLUTIONS, strip_markers
+
+    notebook = nbformat.read(SOLUTIONS / "07_pos_tagging.ipynb", as_version=4)
+    namespace = {"torch": torch, "IGNORE_INDEX": IGNORE}
+    for cell in notebook.cells:
+        if cell.cell_type == "code" and cell.source.startswith(
+            ("def align_labels", "def word_predictions")
+        ):
+            exec(strip_markers(cell.source), namespace)
+    return namespace
+
+
+def test_the_solution_notebook_passes_its_checks(tokenizer):
+    functions = _solution_functions()
+    assert check.align_labels(functions["align_labels"], tokenizer, raise_on_failure=False)
+    assert check.word_predictions(functions["word_predictions"], tokenizer, raise_on_failure=False)

@@ -1,0 +1,420 @@
+"""Power of the notebook-08 checks: the reference passes, the stub and typical mistakes fail."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.check import FAILED, NOT_IMPLEMENTED, PASSED
+from course.checks import nb08 as check
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 8.1: masked mean pooling
+# ---------------------------------------------------------------------------------------
+
+
+def pool(hidden, token_mask):
+    """Reference: zero the padding, sum, divide by the real-token count (at least 1)."""
+    weights = token_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+def pool_plain_mean(hidden, token_mask):
+    return hidden.mean(dim=1)
+
+
+def pool_divide_by_length(hidden, token_mask):
+    weights = token_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(dim=1) / hidden.shape[1]
+
+
+def pool_sum(hidden, token_mask):
+    return (hidden * token_mask.unsqueeze(-1).to(hidden.dtype)).sum(dim=1)
+
+
+def pool_nan_on_empty(hidden, token_mask):
+    weights = token_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+
+
+def pool_inverted_mask(hidden, token_mask):
+    return pool(hidden, ~token_mask)
+
+
+def pool_first_token(hidden, token_mask):
+    return hidden[:, 0]
+
+
+def pool_count_from_first_pad(hidden, token_mask):
+    """Assumes right padding: averages the first `count` positions, whatever the mask says."""
+    counts = token_mask.sum(dim=1)
+    prefix = torch.arange(hidden.shape[1]).unsqueeze(0) < counts.unsqueeze(1)
+    return pool(hidden, prefix)
+
+
+def pool_float32(hidden, token_mask):
+    return pool(hidden.float(), token_mask)
+
+
+def pool_in_place(hidden, token_mask):
+    hidden[~token_mask] = 0
+    return hidden.sum(dim=1) / token_mask.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+def test_pool_reference_passes():
+    assert check.masked_mean_pool(pool, raise_on_failure=False).status == PASSED
+
+
+def test_pool_stub_not_implemented():
+    assert check.masked_mean_pool(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        pool_plain_mean,
+        pool_divide_by_length,
+        pool_sum,
+        pool_nan_on_empty,
+        pool_inverted_mask,
+        pool_first_token,
+        pool_count_from_first_pad,
+        pool_float32,
+        pool_in_place,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_pool_wrong_rejected(wrong):
+    result = check.masked_mean_pool(wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 8.2: confidence threshold
+# ---------------------------------------------------------------------------------------
+
+
+def threshold(logits, threshold, oos_id):
+    """Reference: the argmax intent, unless its softmax probability is below the threshold."""
+    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_on_logits(logits, threshold, oos_id):
+    confidence, prediction = logits.max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_on_log_probs(logits, threshold, oos_id):
+    confidence, prediction = logits.log_softmax(dim=-1).max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_softmax_wrong_axis(logits, threshold, oos_id):
+    confidence, prediction = logits.softmax(dim=0).max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_strict(logits, threshold, oos_id):
+    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    return torch.where(confidence > threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_inverted(logits, threshold, oos_id):
+    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    return torch.where(confidence < threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_hard_coded_oos(logits, threshold, oos_id):
+    return globals()["threshold"](logits, threshold, 150)
+
+
+def threshold_returns_confidence(logits, threshold, oos_id):
+    confidence, _ = logits.softmax(dim=-1).max(dim=-1)
+    return confidence
+
+
+def threshold_returns_mask(logits, threshold, oos_id):
+    confidence, _ = logits.softmax(dim=-1).max(dim=-1)
+    return confidence < threshold
+
+
+def threshold_second_best_margin(logits, threshold, oos_id):
+    """Thresholds the gap between the two best probabilities instead of the best one."""
+    top = logits.softmax(dim=-1).topk(2, dim=-1)
+    margin = top.values[:, 0] - top.values[:, 1]
+    prediction = top.indices[:, 0]
+    return torch.where(margin >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_in_place(logits, threshold, oos_id):
+    logits.sub_(logits.amax(dim=-1, keepdim=True))  # "stabilises" the caller's tensor
+    return globals()["threshold"](logits, threshold, oos_id)
+
+
+def test_threshold_reference_passes():
+    assert check.apply_threshold(threshold, raise_on_failure=False).status == PASSED
+
+
+def test_threshold_stub_not_implemented():
+    assert check.apply_threshold(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        threshold_on_logits,
+        threshold_on_log_probs,
+        threshold_softmax_wrong_axis,
+        threshold_strict,
+        threshold_inverted,
+        threshold_hard_coded_oos,
+        threshold_returns_confidence,
+        threshold_returns_mask,
+        threshold_second_best_margin,
+        threshold_in_place,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_threshold_wrong_rejected(wrong):
+    result = check.apply_threshold(wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 8.3: out-of-scope metrics
+# ---------------------------------------------------------------------------------------
+
+
+def metrics(pred, target, oos_id):
+    """Reference: accuracy over in-scope targets, recall over oos targets, precision over flags."""
+    in_scope, flagged = target != oos_id, pred == oos_id
+    return {
+        "in_scope_accuracy": (pred[in_scope] == target[in_scope]).float().mean().item(),
+        "oos_recall": flagged[~in_scope].float().mean().item(),
+        "oos_precision": (~in_scope[flagged]).float().mean().item() if flagged.any() else 0.0,
+    }
+
+
+def metrics_accuracy_over_all_rows(pred, target, oos_id):
+    result = metrics(pred, target, oos_id)
+    result["in_scope_accuracy"] = (pred == target).float().mean().item()
+    return result
+
+
+def metrics_accuracy_over_accepted_rows(pred, target, oos_id):
+    result = metrics(pred, target, oos_id)
+    accepted = (target != oos_id) & (pred != oos_id)
+    result["in_scope_accuracy"] = (pred[accepted] == target[accepted]).float().mean().item()
+    return result
+
+
+def metrics_swapped(pred, target, oos_id):
+    result = metrics(pred, target, oos_id)
+    result["oos_recall"], result["oos_precision"] = result["oos_precision"], result["oos_recall"]
+    return result
+
+
+def metrics_recall_over_all_rows(pred, target, oos_id):
+    result = metrics(pred, target, oos_id)
+    result["oos_recall"] = (pred == oos_id).float().mean().item()
+    return result
+
+
+def metrics_nan_precision(pred, target, oos_id):
+    result = metrics(pred, target, oos_id)
+    flagged = pred == oos_id
+    result["oos_precision"] = (target[flagged] == oos_id).float().mean().item()  # nan if empty
+    return result
+
+
+def metrics_hard_coded_oos(pred, target, oos_id):
+    return metrics(pred, target, 150)
+
+
+def metrics_percentages(pred, target, oos_id):
+    return {key: 100 * value for key, value in metrics(pred, target, oos_id).items()}
+
+
+def metrics_oos_counted_as_correct_in_accuracy(pred, target, oos_id):
+    """In-scope accuracy where "predicted oos" is never held against an in-scope row."""
+    result = metrics(pred, target, oos_id)
+    in_scope = target != oos_id
+    ok = (pred[in_scope] == target[in_scope]) | (pred[in_scope] == oos_id)
+    result["in_scope_accuracy"] = ok.float().mean().item()
+    return result
+
+
+def metrics_missing_key(pred, target, oos_id):
+    result = metrics(pred, target, oos_id)
+    del result["oos_precision"]
+    return result
+
+
+def test_metrics_reference_passes():
+    assert check.oos_metrics(metrics, raise_on_failure=False).status == PASSED
+
+
+def test_metrics_stub_not_implemented():
+    assert check.oos_metrics(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        metrics_accuracy_over_all_rows,
+        metrics_accuracy_over_accepted_rows,
+        metrics_swapped,
+        metrics_recall_over_all_rows,
+        metrics_nan_precision,
+        metrics_hard_coded_oos,
+        metrics_percentages,
+        metrics_oos_counted_as_correct_in_accuracy,
+        metrics_missing_key,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_metrics_wrong_rejected(wrong):
+    result = check.oos_metrics(wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+# ---------------------------------------------------------------------------------------
+# Exercise 8.4: threshold chosen on the validation split
+# ---------------------------------------------------------------------------------------
+
+GRID = [i / 100 for i in range(101)]
+
+
+def choose_factory(
+    apply=threshold,
+    score=metrics,
+    floor_from_one: bool = False,
+    fixed_max_drop: float | None = None,
+    drop_in_points: bool = False,
+    ignore_candidates: bool = False,
+    pick: str = "largest_feasible",
+    data: tuple[torch.Tensor, torch.Tensor] | None = None,
+):
+    """A correct choose_threshold by default; each argument injects one typical mistake."""
+
+    def choose_threshold(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
+        if data is not None:  # the mistake: reads another split than the one it is given
+            val_logits, val_target = data
+        grid = GRID if candidates is None or ignore_candidates else list(candidates)
+        drop = fixed_max_drop if fixed_max_drop is not None else max_drop
+        drop = drop * 100 if drop_in_points else drop
+        results = {t: score(apply(val_logits, t, oos_id), val_target, oos_id) for t in grid}
+        base = (
+            1.0
+            if floor_from_one
+            else score(apply(val_logits, 0.0, oos_id), val_target, oos_id)["in_scope_accuracy"]
+        )
+        feasible = [t for t in grid if results[t]["in_scope_accuracy"] >= base - drop]
+        if pick == "largest_feasible":
+            return max(feasible, default=0.0)
+        if pick == "best_accuracy":
+            return max(grid, key=lambda t: (results[t]["in_scope_accuracy"], -t))
+        if pick == "best_recall":
+            return max(grid, key=lambda t: (results[t]["oos_recall"], -t))
+        if pick == "best_sum":
+            return max(
+                grid, key=lambda t: results[t]["in_scope_accuracy"] + results[t]["oos_recall"]
+            )
+        if pick == "best_f1":
+
+            def f1(r):
+                p, q = r["oos_precision"], r["oos_recall"]
+                return 2 * p * q / (p + q) if p + q else 0.0
+
+            return max(grid, key=lambda t: f1(results[t]))
+        raise ValueError(pick)
+
+    return choose_threshold
+
+
+def test_threshold_case_has_margins():
+    """The synthetic sets are built so that no accuracy sits on the budget's edge."""
+    for seed in (0, 1, 2):
+        logits, target = check.threshold_case(seed)
+        confidence = logits.softmax(dim=-1).amax(dim=-1).double()
+        distance_to_grid = (confidence * 100 - (confidence * 100).round()).abs()
+        assert distance_to_grid.min() > 0.4  # every confidence is ~halfway between grid points
+        in_scope = target != check.CLASSES
+        base = metrics(threshold(logits, 0.0, check.CLASSES), target, check.CLASSES)
+        for t in GRID:
+            acc = metrics(threshold(logits, t, check.CLASSES), target, check.CLASSES)
+            for drop in (0.03, 0.08):
+                gap = acc["in_scope_accuracy"] - (base["in_scope_accuracy"] - drop)
+                assert abs(gap) > 0.2 / int(in_scope.sum())
+
+
+def test_threshold_cases_have_distinct_answers():
+    answers = {
+        check.reference_choose_threshold(*check.threshold_case(s), check.CLASSES, d)
+        for s in (0, 1)
+        for d in (0.03, 0.08)
+    }
+    assert len(answers) >= 3, answers
+
+
+def test_choose_reference_passes():
+    assert check.choose_threshold(choose_factory(), raise_on_failure=False).status == PASSED
+
+
+def test_choose_reference_agrees_with_check_reference():
+    for seed in (0, 1, 2):
+        logits, target = check.threshold_case(seed)
+        ours = choose_factory()(logits, target, check.CLASSES)
+        assert ours == check.reference_choose_threshold(logits, target, check.CLASSES)
+
+
+def test_choose_stub_not_implemented():
+    assert check.choose_threshold(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+TEST_SPLIT = check.threshold_case(123)  # stands for the notebook's test split
+
+WRONG_CHOOSERS = {
+    "chosen_on_test_split": choose_factory(data=TEST_SPLIT),
+    "thresholds_logits": choose_factory(apply=threshold_on_logits),
+    "thresholds_log_probs": choose_factory(apply=threshold_on_log_probs),
+    "oos_rows_in_accuracy": choose_factory(score=metrics_accuracy_over_all_rows),
+    "accuracy_over_accepted_rows": choose_factory(score=metrics_accuracy_over_accepted_rows),
+    "budget_from_perfect_accuracy": choose_factory(floor_from_one=True),
+    "budget_hard_coded": choose_factory(fixed_max_drop=0.03),
+    "budget_in_points": choose_factory(drop_in_points=True),
+    "ignores_candidates": choose_factory(ignore_candidates=True),
+    "maximises_accuracy": choose_factory(pick="best_accuracy"),
+    "maximises_recall": choose_factory(pick="best_recall"),
+    "maximises_accuracy_plus_recall": choose_factory(pick="best_sum"),
+    "maximises_f1": choose_factory(pick="best_f1"),
+    "always_half": lambda *args, **kwargs: 0.5,
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG_CHOOSERS))
+def test_choose_wrong_rejected(name):
+    result = check.choose_threshold(WRONG_CHOOSERS[name], raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+def test_checks_are_fast():
+    """Each check costs well under 2 s unloaded (about 0.1 s single-threaded); the bound is
+    loose because on a busy machine PyTorch's idle threads spin and inflate the CPU time."""
+    import time
+
+    for run, impl in [
+        (check.masked_mean_pool, pool),
+        (check.apply_threshold, threshold),
+        (check.oos_metrics, metrics),
+        (check.choose_threshold, choose_factory()),
+    ]:
+        start = time.process_time()
+        run(impl, raise_on_failure=False)
+        assert time.process_time() - start < 5.0, run.__name__
