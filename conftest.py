@@ -6,8 +6,22 @@ nbval reports one test per cell; instructors care about whole notebooks and thei
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
+
+# A kernel whose OpenMP threads spin while they wait for work starves everything else on a
+# small shared machine (and its own output messages with it). Passive waiting lets the
+# threads sleep; kernels started by nbval inherit this environment. Set before any test
+# imports torch. Measured in the closing note of the session that added it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# nbval waits only 5 s (hard-coded) for a cell's output messages once the cell has finished;
+# a busy machine can take longer to deliver them, and the cell then fails spuriously.
+OUTPUT_TIMEOUT_S = 120
+
+# course.data prints this when it falls back to the bundled samples (course/data.py).
+SAMPLE_DATA_MARKER = "USING THE SMALL SAMPLE DATA"
 
 # nbval budget per notebook on a 2-core CPU, in seconds (DESIGN.md, "nbval budget").
 NOTEBOOK_BUDGET_S = {
@@ -24,6 +38,35 @@ NOTEBOOK_BUDGET_S = {
 
 _seconds: dict[str, float] = defaultdict(float)
 _failed: set[str] = set()
+_on_samples: set[str] = set()  # notebooks that loaded the bundled samples in this run
+
+
+def _is_notebook_cell(item) -> bool:
+    return item.nodeid.split("::")[0].endswith(".ipynb") and hasattr(item, "output_timeout")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if _is_notebook_cell(item):
+            item.output_timeout = OUTPUT_TIMEOUT_S
+
+
+def pytest_runtest_setup(item) -> None:
+    """On the samples, outputs that depend on the data can't match: compare them only on real data."""
+    if _is_notebook_cell(item) and item.nodeid.split("::")[0] in _on_samples:
+        item.options["check"] = False
+
+
+def pytest_runtest_teardown(item) -> None:
+    if not _is_notebook_cell(item):
+        return
+    text = "".join(
+        output.get("text", "")
+        for output in (item.test_outputs or [])
+        if output.get("output_type") == "stream"
+    )
+    if SAMPLE_DATA_MARKER in text:
+        _on_samples.add(item.nodeid.split("::")[0])
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -52,3 +95,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
         status = "FAILED" if path in _failed else "ok"
         write(f"{path:<45} {seconds:7.1f} s  {status:<6} {verdict}")
     write(f"{'all notebooks':<45} {total:7.1f} s")
+    if _on_samples:
+        write(
+            "ran on the bundled samples (data-dependent outputs not compared): "
+            + ", ".join(sorted(_on_samples))
+        )
