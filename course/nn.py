@@ -10,6 +10,9 @@ import math
 import torch
 from torch import nn
 from collections.abc import Callable
+from collections.abc import Iterator
+import time
+from tqdm.auto import tqdm
 
 
 # --- from solutions/01_tokens.ipynb ---
@@ -484,6 +487,40 @@ def greedy_decode(
 
 
 # --- from solutions/06_bert_finetuning.ipynb ---
+class LengthGroupedBatches(torch.utils.data.Sampler):
+    """Batches of indices of similar lengths, in a new random order each epoch (seeded).
+
+    Each epoch: shuffle all indices, sort them by length within chunks of
+    ``batch_size * group``, cut the chunks into batches, shuffle the batches. Use it as a
+    DataLoader's ``batch_sampler``; exported to ``course.nn`` for notebooks 07 and 08.
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int = 0, group: int = 50,
+                 drop_last: bool = False):
+        self.lengths, self.batch_size, self.group = list(lengths), batch_size, group
+        self.drop_last = drop_last
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = torch.randperm(len(self.lengths), generator=self.generator).tolist()
+        chunk_size = self.batch_size * self.group
+        batches = []
+        for start in range(0, len(order), chunk_size):
+            chunk = sorted(order[start:start + chunk_size], key=self.lengths.__getitem__)
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        if self.drop_last:
+            batches = [batch for batch in batches if len(batch) == self.batch_size]
+        for i in torch.randperm(len(batches), generator=self.generator).tolist():
+            yield batches[i]
+
+    def __len__(self) -> int:
+        # chunks hold whole batches, so only the very last batch can be short
+        if self.drop_last:
+            return len(self.lengths) // self.batch_size
+        return -(-len(self.lengths) // self.batch_size)  # ceiling division
+
+
+# --- from solutions/06_bert_finetuning.ipynb ---
 def train_step(model, batch, optimizer, scheduler, max_grad_norm: float = 1.0) -> float:
     """One optimisation step of ``model`` on ``batch``; returns the batch's loss.
 
@@ -522,3 +559,47 @@ def evaluate_accuracy(model, loader, device) -> float:
             correct += ((predictions == labels) & labelled).sum().item()
             total += labelled.sum().item()
     return correct / total
+
+
+# --- from solutions/06_bert_finetuning.ipynb ---
+def fit(model, loader, steps: int, optimizer, *, warmup_ratio: float = 0.1, max_grad_norm: float = 1.0,
+        evaluate: Callable[[], float] | None = None, eval_every: int | None = None,
+        desc: str = "training", schedule_steps: int | None = None) -> dict:
+    """Exactly ``steps`` calls of :func:`train_step` over ``loader`` (re-iterated as needed).
+
+    The linear warmup/decay schedule (``warmup_ratio`` of ``schedule_steps``, default
+    ``steps``) is built here. ``evaluate()`` runs every ``eval_every`` steps and after the
+    last step. Returns ``{"loss": [per step], "eval_step": [...], "eval": [...],
+    "seconds": wall time, "cpu_seconds": process CPU time}``, prints one line (steps,
+    times, device) and leaves the model in eval mode.
+    """
+    from transformers import get_linear_schedule_with_warmup  # imported here: course.nn stays light
+
+    schedule_steps = max(schedule_steps or steps, steps)
+    scheduler = get_linear_schedule_with_warmup(
+        optimizer, num_warmup_steps=int(warmup_ratio * schedule_steps), num_training_steps=schedule_steps
+    )
+    history = {"loss": [], "eval_step": [], "eval": []}
+    start, cpu_start = time.perf_counter(), time.process_time()
+    with tqdm(total=steps, desc=desc) as bar:
+        while len(history["loss"]) < steps:
+            before = len(history["loss"])
+            for batch in loader:
+                history["loss"].append(train_step(model, batch, optimizer, scheduler, max_grad_norm))
+                step = len(history["loss"])
+                bar.update()
+                bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", refresh=False)
+                if evaluate is not None and (step == steps or (eval_every and step % eval_every == 0)):
+                    history["eval_step"].append(step)
+                    history["eval"].append(evaluate())
+                if step == steps:
+                    break
+            if len(history["loss"]) == before:
+                raise ValueError("the loader yielded no batch")
+    model.eval()
+    history["seconds"] = time.perf_counter() - start
+    history["cpu_seconds"] = time.process_time() - cpu_start  # CPU time of this process, all threads
+    where = next(model.parameters()).device.type
+    print(f"{desc}: {steps} steps, {len(history['eval'])} evaluations in {history['seconds']:.0f} s "
+          f"(process CPU time {history['cpu_seconds']:.0f} s) on {where}")
+    return history
