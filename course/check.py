@@ -26,6 +26,7 @@ Writing a check::
 from __future__ import annotations
 
 import functools
+import sysconfig
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,11 +89,36 @@ class CheckFailed(AssertionError):
         return self.result.report().splitlines()
 
 
+_CHECKER_FILES = ("/course/check.py", "/course/checks/")
+_LIBRARY_DIRS = tuple(
+    {
+        path.replace("\\", "/").rstrip("/") + "/"
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+)
+
+
+def _is_checker(filename: str) -> bool:
+    name = filename.replace("\\", "/")
+    return any(part in name for part in _CHECKER_FILES)
+
+
+def _is_library(filename: str) -> bool:
+    name = filename.replace("\\", "/")
+    return name.startswith(_LIBRARY_DIRS) or "/site-packages/" in name
+
+
 def _summarise_exception(exc: BaseException) -> str:
-    """`ValueError: ... (raised at cell line 3: `x = y @ z`)` from a student's exception."""
+    """`ValueError: ... (in `forward`, line 3: `x = y @ z`)` from a student's exception.
+
+    The location is the student's own line: the last frame that is neither in the checker nor
+    inside an installed library (torch, the standard library), so that an error raised deep
+    inside ``F.linear`` or ``Module._call_impl`` points at the call the student wrote.
+    """
     frames = traceback.extract_tb(exc.__traceback__)
-    # The last frame outside this package is where the student's code failed.
-    own = [f for f in frames if "/course/" not in f.filename.replace("\\", "/")]
+    outside = [f for f in frames if not _is_checker(f.filename)]
+    own = [f for f in outside if not _is_library(f.filename)] or outside
     where = ""
     if own:
         frame = own[-1]
@@ -100,10 +126,14 @@ def _summarise_exception(exc: BaseException) -> str:
     return f"your code raised {type(exc).__name__}: {exc}{where}"
 
 
-def exercise_check(exercise: str, title: str, hint: str | None = None) -> Callable:
+def exercise_check(
+    exercise: str, title: str, hint: str | None = None, seed: int = 0
+) -> Callable:
     """Decorate a check body ``body(*student_objects)`` into a notebook-facing check.
 
-    The body raises :class:`CheckFailure` (usually via the ``expect*`` helpers) when something
+    The body runs on a fork of torch's random state seeded with ``seed``: the student's weight
+    initialisation and dropout masks are reproducible, and the notebook's own random stream is
+    left exactly as it was. The body raises :class:`CheckFailure` (usually via the ``expect*`` helpers) when something
     is wrong. Any other exception is attributed to the student's code and summarised, with
     ``hint`` (the exercise's general hint) appended.
     """
@@ -112,7 +142,9 @@ def exercise_check(exercise: str, title: str, hint: str | None = None) -> Callab
         @functools.wraps(body)
         def run(*args: Any, raise_on_failure: bool = True, **kwargs: Any) -> CheckResult | None:
             try:
-                body(*args, **kwargs)
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed)
+                    body(*args, **kwargs)
                 result = CheckResult(exercise, title, PASSED)
             except NotImplementedError:
                 result = CheckResult(exercise, title, NOT_IMPLEMENTED)

@@ -90,6 +90,17 @@ def test_count_pairs_correct_passes():
     assert result.status == PASSED, result.message
 
 
+def test_count_pairs_plain_dict_passes():
+    def count_into_dict(word_freqs):
+        pairs: dict = {}
+        for symbols, freq in word_freqs.items():
+            for pair in pairwise(symbols):
+                pairs[pair] = pairs.get(pair, 0) + freq
+        return pairs
+
+    assert check.count_pairs(count_into_dict, raise_on_failure=False).status == PASSED
+
+
 def test_count_pairs_stub_not_implemented():
     assert check.count_pairs(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
 
@@ -331,7 +342,12 @@ def encode_overlapping_merge(word, merges):
     return list(symbols)
 
 
+def encode_returns_tuple(word, merges):
+    return tuple(bpe_encode(word, merges))
+
+
 WRONG_ENCODE = [
+    encode_returns_tuple,
     encode_reverse_order,
     encode_sorted_merges,
     encode_without_end_marker,
@@ -353,6 +369,11 @@ def test_bpe_encode_stub_not_implemented():
 @pytest.mark.parametrize("wrong", WRONG_ENCODE, ids=lambda f: f.__name__)
 def test_bpe_encode_wrong_rejected(wrong):
     assert check.bpe_encode(wrong, raise_on_failure=False).status == FAILED
+
+
+def test_bpe_encode_tuple_is_named():
+    result = check.bpe_encode(encode_returns_tuple, raise_on_failure=False)
+    assert "returned a tuple, expected a list" in result.message
 
 
 # --- Exercise 1.5: TokenEmbedding ---------------------------------------------------------

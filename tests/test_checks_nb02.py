@@ -108,6 +108,22 @@ def test_attention_torch_builtin_wrapper_passes():
     assert check.scaled_dot_product_attention(fused, raise_on_failure=False).passed
 
 
+def test_attention_nan_to_num_after_softmax_passes():
+    """Softmax first, then turn the NaN of fully masked rows into zeros: also right."""
+
+    def nan_to_num_attention(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else (
+                scores + mask
+            )
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return weights @ v, weights
+
+    result = check.scaled_dot_product_attention(nan_to_num_attention, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
 def test_attention_stub_not_implemented():
     result = check.scaled_dot_product_attention(attention_stub, raise_on_failure=False)
     assert result.status == NOT_IMPLEMENTED
@@ -198,6 +214,9 @@ WRONG_CAUSAL = {
     "float_dtype": lambda n, device=None: torch.ones(n, n, device=device).tril().unsqueeze(0),
     "additive_float": lambda n, device=None: torch.full((n, n), float("-inf")).triu(1)[None],
     "no_device_argument": lambda n: torch.ones(n, n, dtype=torch.bool).tril().unsqueeze(0),
+    "device_argument_ignored": lambda n, device=None: (
+        torch.ones(n, n, dtype=torch.bool).tril().unsqueeze(0)
+    ),
 }
 
 
@@ -213,6 +232,11 @@ def test_causal_stub_not_implemented():
 def test_causal_wrong_rejected(name):
     result = check.make_causal_mask(WRONG_CAUSAL[name], raise_on_failure=False)
     assert result.status == FAILED, f"{name} was not rejected"
+
+
+def test_causal_ignored_device_is_named():
+    result = check.make_causal_mask(WRONG_CAUSAL["device_argument_ignored"], raise_on_failure=False)
+    assert "the device argument is ignored" in result.message
 
 
 def test_course_nn_causal_passes():
@@ -316,7 +340,16 @@ class StubForward(GoodSelfAttention):
         raise NotImplementedError
 
 
+class OutputOfInput(GoodSelfAttention):
+    """Projects the input instead of the attention output: fails inside F.linear."""
+
+    def forward(self, x, mask=None):
+        out, weights = attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        return self.w_o(x), weights  # the student's line that fails when d_k != d_model
+
+
 WRONG_SELF_ATTENTION = [
+    OutputOfInput,
     SwapQK,
     ValueFromQuery,
     ScaleByDModel,
@@ -343,6 +376,17 @@ def test_self_attention_stub_not_implemented(stub):
 def test_self_attention_wrong_rejected(wrong):
     result = check.self_attention(wrong, raise_on_failure=False)
     assert result.status == FAILED, f"{wrong.__name__} was not rejected"
+
+
+def test_self_attention_lost_mask_names_the_padded_weight():
+    result = check.self_attention(IgnoreMask, raise_on_failure=False)
+    assert "the padded key position 4 of sequence 1 received weight" in result.message
+    assert "does not reach the attention" in result.message
+
+
+def test_self_attention_error_in_torch_shows_the_students_line():
+    result = check.self_attention(OutputOfInput, raise_on_failure=False)
+    assert "return self.w_o(x), weights" in result.message, result.message
 
 
 def test_course_nn_self_attention_passes():

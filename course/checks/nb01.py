@@ -314,11 +314,14 @@ def bpe_encode(student: Callable[[str, list[Pair]], list[str]]) -> None:
             )
             got = student(word, list(merges))
             expect(
-                isinstance(got, list | tuple),
-                f"{what} returned {type(got).__name__}, expected a list of pieces.",
+                isinstance(got, list),
+                f"{what} returned a {type(got).__name__}, expected a list of pieces "
+                "(the docstring promises list[str]).",
+                "End with `return list(symbols)`: merge_pair works on tuples, the encoder "
+                "returns a list.",
             )
             expect_equal(
-                list(got),
+                got,
                 reference(word),
                 what,
                 "Start from word_to_symbols(word) (the last character carries '</w>') "
@@ -359,17 +362,10 @@ def _the_embedding(module: nn.Module) -> nn.Embedding:
     hint="self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx); "
     "re-initialise with nn.init.normal_(weight, std=d_model ** -0.5) then zero the padding "
     "row; forward returns self.embedding(ids) * math.sqrt(self.d_model).",
+    seed=15,
 )
 def token_embedding(student_class: type[nn.Module]) -> None:
     """Compare with F.embedding(ids, weight) * sqrt(d_model); check init, padding and grads."""
-    # Seed the student's weight initialisation without disturbing the notebook's own
-    # random stream.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(15)
-        _token_embedding(student_class)
-
-
-def _token_embedding(student_class: type[nn.Module]) -> None:
     vocab, d_model, pad = 1000, 64, 3
     module = student_class(vocab, d_model, padding_idx=pad)
     table = _the_embedding(module)

@@ -8,12 +8,20 @@ matrix as values: ``softmax(...) @ I = softmax(...)``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
+from course.check import (
+    CheckFailure,
+    exercise_check,
+    expect,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+)
 
 AttentionFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -268,6 +276,16 @@ def make_causal_mask(student: Callable[..., torch.Tensor]) -> None:
         "make_causal_mask(3, device='cpu') is not on the CPU.",
         "Pass device=device to the tensor constructor.",
     )
+    # The "meta" device exists on every machine (tensors with a shape but no data), so a
+    # device argument that is ignored shows even where there is no GPU.
+    mask = student(3, device=torch.device("meta"))
+    expect(
+        isinstance(mask, torch.Tensor) and mask.device.type == "meta",
+        "make_causal_mask(3, device=torch.device('meta')) returned a mask on "
+        f"{getattr(mask, 'device', None)}: the device argument is ignored (on a GPU the mask "
+        "would stay on the CPU, and masking a GPU tensor with it fails).",
+        "Pass device=device to the tensor constructor: torch.ones(..., device=device).",
+    )
     mask = student(5, device=torch.device("cpu"))
     g = torch.Generator().manual_seed(23)
     q, k, v = (torch.randn(2, 5, 4, generator=g) for _ in range(3))
@@ -294,22 +312,34 @@ def _linear(module: object, name: str, d_in: int, d_out: int) -> nn.Linear:
     return layer
 
 
+def _expect_blocked_keys_unweighted(weights: Any, mask: torch.Tensor, what: str) -> None:
+    """Name the first blocked (query, key) pair that received weight: the mask was lost."""
+    weights = expect_tensor(weights, f"the weight matrix on {what}")
+    if weights.dim() != 3 or weights.shape[-1] != mask.shape[-1]:
+        return  # the shape comparison that follows explains this better
+    blocked = ~mask.expand(weights.shape)
+    leaked = blocked & (weights.detach() != 0)
+    if leaked.any():
+        largest = (weights.detach().abs() * leaked).flatten().argmax()
+        b, i, j = (int(n) for n in torch.unravel_index(largest, weights.shape))
+        kind = "padded" if mask.size(1) == 1 else "future"
+        raise CheckFailure(
+            f"with {what}, the {kind} key position {j} of sequence {b} received weight "
+            f"{weights[b, i, j].item():.2g} from query {i}; blocked keys must get exactly 0. "
+            "The mask does not reach the attention.",
+            "Pass the mask on: scaled_dot_product_attention(q, k, v, mask).",
+        )
+
+
 @exercise_check(
     "Exercise 2.4",
     "single-head SelfAttention",
     hint="q, k, v = self.w_q(x), self.w_k(x), self.w_v(x); attend with "
     "scaled_dot_product_attention(q, k, v, mask); return self.w_o(output), weights.",
+    seed=24,
 )
 def self_attention(student_class: type[nn.Module]) -> None:
     """Rebuild the module's computation from its own weights with torch's attention."""
-    # Seed the student's weight initialisation without disturbing the notebook's own
-    # random stream.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(24)
-        _self_attention(student_class)
-
-
-def _self_attention(student_class: type[nn.Module]) -> None:
     module = student_class(12, 5)
     layers = {name: _linear(module, name, 12, 5) for name in ("w_q", "w_k", "w_v")}
     layers["w_o"] = _linear(module, "w_o", 5, 12)
@@ -336,6 +366,8 @@ def _self_attention(student_class: type[nn.Module]) -> None:
         for x, mask, what in cases:
             result = module(x) if mask is None else module(x, mask)
             out, weights = _pair(result, f"SelfAttention on {what}")
+            if mask is not None:
+                _expect_blocked_keys_unweighted(weights, mask, what)
             ref_out, ref_weights = reference(x, mask)
             expect_close(
                 weights,
