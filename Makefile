@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 REPO   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab check test lint exercises data badges clean
+.PHONY: help setup lab check test lint solutions exercises data badges clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ test: setup ## Only the fast tests (no notebooks)
 
 lint: setup ## Lint the package, the tests and the notebooks with ruff
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
+
+solutions: setup ## Execute solutions/ and save them as readers see them (figures, final bars); NB="05 07" for some
+	$(BIN)/python -m course.refresh $(NB)
 
 exercises: setup ## Regenerate notebooks/ and course/nn.py from solutions/
 	$(BIN)/python -m course.nbtools generate
