@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 REPO   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab check test lint solutions exercises data badges clean
+.PHONY: help setup lab check check-samples test lint solutions exercises data badges clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,11 @@ check: setup ## Run every test: generated files, lint, package tests, all soluti
 	$(BIN)/python -m course.nbtools check
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
 	$(BIN)/python -m pytest tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
+
+check-samples: setup ## Run notebooks 06-08 as a laptop with no network and no data would: on the bundled samples
+	env -u COURSE_DATA_MIRROR COURSE_OFFLINE=1 HF_HUB_OFFLINE=1 COURSE_DATA_DIR="$$(mktemp -d)" \
+	  $(BIN)/python -m pytest solutions/06_*.ipynb solutions/07_*.ipynb solutions/08_*.ipynb \
+	  --nbval-lax --nbval-current-env -p no:cacheprovider
 
 test: setup ## Only the fast tests (no notebooks)
 	$(BIN)/python -m pytest tests -q

@@ -20,8 +20,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # a busy machine can take longer to deliver them, and the cell then fails spuriously.
 OUTPUT_TIMEOUT_S = 120
 
-# course.data prints this when it falls back to the bundled samples (course/data.py).
-SAMPLE_DATA_MARKER = "USING THE SMALL SAMPLE DATA"
+from course.refresh import SAMPLE_DATA_MARKER  # noqa: E402 - printed by course.data on the samples
 
 # nbval budget per notebook on a 2-core CPU, in seconds (DESIGN.md, "nbval budget").
 NOTEBOOK_BUDGET_S = {
