@@ -13,15 +13,16 @@ the source it used and the split sizes:
    and sha256 of every file. A copy that fails that check (truncated, edited, half-written)
    is reported, deleted and prepared again from the next source; it is never used.
 2. **mirror**: the folder named by ``$COURSE_DATA_MIRROR`` (raw upstream files laid out as
-   ``sst2/``, ``clinc150/``, ``ud_english_ewt/``). Files are verified: sha256 for CLINC150's
-   ``data_full.json`` and the EWT files, structure for ``domains.json``, row counts for SST-2.
+   ``sst2/``, ``clinc150/``, ``ud_english_ewt/``). Every file is verified: size and sha256
+   (``_Spec.files``, the same table as data/README.md), then row counts while parsing.
    A mirror file that exists but fails verification raises :class:`DataError`: a corrupt
    mirror is a real problem the user must fix, so it is never silently replaced by the samples.
    (A mirror that lacks the dataset's folder is only skipped, with a note.)
 3. **download**: raw files already in ``<data dir>/downloads/`` (verified the same way; a
    damaged one is deleted and fetched again), else fetched from the pinned upstream with a
-   progress bar, streamed to a temporary file, verified (size, sha256 / row counts) and only
-   then renamed into place (``os.replace``), so an interrupted download never leaves a file
+   progress bar, streamed to a temporary file, verified (size and sha256; SST-2's zip has no
+   published checksum, so its two extracted files are checked instead) and only then renamed
+   into place (``os.replace``), so an interrupted download never leaves a file
    that passes for good. Skipped, as if there were no network, when ``COURSE_OFFLINE=1`` or
    ``HF_HUB_OFFLINE=1``. A network failure prints one line and falls through; a download
    that completes but has the wrong checksum raises :class:`DataError`.
@@ -108,7 +109,7 @@ class _Spec:
     name: str  # key used by the CLI and for data/prepared/<name>
     title: str  # shown to the user
     folder: str  # sub-folder in the mirror, downloads and samples
-    files: dict[str, tuple[int, str] | None]  # raw file -> (size, sha256), None: checked by parsing
+    files: dict[str, tuple[int, str]]  # raw file -> (size in bytes, sha256): data/README.md lists them
     base_url: str | None  # upstream folder of the raw files (None: SST-2's zip, see _fetch_sst2)
     build: Callable[[Path, bool], DatasetDict] = field(repr=False)
     splits: tuple[str, ...] = ("train", "validation", "test")
@@ -124,6 +125,40 @@ def data_dir() -> Path:
 
 def _note(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def _inside(path: Path, root: Path) -> str | None:
+    """``path`` relative to ``root`` (posix), or None when it lies elsewhere."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+    except ValueError:
+        return None
+
+
+def _shown(path: Path) -> str:
+    """How a path appears in the one-line source descriptions (and so in stored notebook
+    outputs): relative to the repository, or under ``$COURSE_DATA_MIRROR`` /
+    ``$COURSE_DATA_DIR``, never as an absolute path of this machine where that can be helped.
+    Error messages keep the full path, which the user needs to find the file."""
+    mirror = _mirror_root()
+    for root, name in [
+        (mirror, "$COURSE_DATA_MIRROR"),
+        (REPO_ROOT, None),
+        (data_dir(), "$COURSE_DATA_DIR"),
+    ]:
+        rel = None if root is None else _inside(path, root)
+        if rel is not None:
+            if name is None:
+                return rel
+            return name if rel == "." else f"{name}/{rel}"
+    return str(path)
+
+
+def _shown_source(source: str) -> str:
+    """A stored source such as ``mirror /abs/path`` shown with :func:`_shown` (manifests
+    written before paths were shown this way hold absolute paths)."""
+    kind, _, where = source.partition(" ")
+    return f"{kind} {_shown(Path(where))}" if where.startswith("/") else source
 
 
 @contextlib.contextmanager
@@ -154,13 +189,15 @@ def _fail(path: Path, what: str, expected: object, found: object, fix: str) -> D
 
 
 def _verify_checksums(spec: _Spec, folder: Path, fix: str) -> None:
-    """Check presence, size and sha256 of the raw files (cheap size check first)."""
+    """Check presence, size and sha256 of every raw file (cheap size check first).
+
+    The parsers check row counts as well, but an edited sentence keeps them: only the
+    checksum catches it.
+    """
     for fname, expected in spec.files.items():
         path = folder / fname
         if not path.is_file():
             raise _fail(path, "missing file", "the raw upstream file", "nothing", fix)
-        if expected is None:
-            continue  # verified while parsing (row counts)
         size, sha = expected
         if path.stat().st_size != size:
             raise _fail(path, "size", f"{size} bytes", f"{path.stat().st_size} bytes", fix)
@@ -311,7 +348,13 @@ SPECS: dict[str, _Spec] = {
         name="sst2",
         title="SST-2",
         folder="sst2",
-        files={"train.tsv": None, "dev.tsv": None},
+        files={
+            "train.tsv": (
+                3738731,
+                "c75796b01672b41c38cd4b35f4ff1ade88ca79b7577f3926e01ff69739d85ec9",
+            ),
+            "dev.tsv": (94415, "f7271f7a919ea884ca8563e13ed03028aa44296d1f738c003af3142b9a2188f8"),
+        },
         base_url=None,
         build=_build_sst2,
         splits=("train", "validation"),
@@ -325,7 +368,10 @@ SPECS: dict[str, _Spec] = {
                 2495390,
                 "36923c3705a59e08fe9c3883d8bc2dd966ef93e22cb78ac41171782a698d56e0",
             ),
-            "domains.json": None,  # no published checksum: checked against data_full.json
+            "domains.json": (
+                3818,
+                "b947b579d3b8e74b06f93b01083d8efaff2888b43a3e362533bd88a6e1211b3a",
+            ),
         },
         base_url=_CLINC_URL,
         build=_build_clinc150,
@@ -396,7 +442,8 @@ def _load_prepared(spec: _Spec) -> tuple[DatasetDict, str] | None:
             dsd = load_from_disk(str(folder))
             manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
             if {s: len(d) for s, d in dsd.items()} == manifest["sizes"]:
-                return dsd, f"prepared copy {folder} (from {manifest['source']})"
+                source = _shown_source(manifest["source"])
+                return dsd, f"prepared copy {_shown(folder)} (from {source})"
             problem = "split sizes differ from its manifest"
         except Exception as exc:  # a copy that passes the checksums but won't load
             problem = f"unreadable ({type(exc).__name__})"
@@ -481,7 +528,7 @@ def _from_mirror(spec: _Spec) -> tuple[DatasetDict, str] | None:
         dsd = spec.build(folder, True)
     except DataError as exc:
         raise DataError(f"{exc} {fix}") from None
-    return dsd, f"mirror {folder}"
+    return dsd, f"mirror {_shown(folder)}"
 
 
 # ---------------------------------------------------------------------- step 3: download
@@ -562,7 +609,7 @@ def _from_downloads(spec: _Spec) -> tuple[DatasetDict, str] | None:
     if all((folder / f).is_file() for f in spec.files):
         try:
             _verify_checksums(spec, folder, fix)
-            return spec.build(folder, True), f"download {folder}"
+            return spec.build(folder, True), f"download {_shown(folder)}"
         except DataError as exc:  # our own cache: refetch rather than stop
             _note(f"{spec.title}: the earlier download is damaged ({exc}); fetching it again.")
             for f in spec.files:
@@ -570,7 +617,7 @@ def _from_downloads(spec: _Spec) -> tuple[DatasetDict, str] | None:
     if offline():
         _note(f"{spec.title}: offline (COURSE_OFFLINE / HF_HUB_OFFLINE set): not downloading.")
         return None
-    _note(f"{spec.title}: downloading from the pinned upstream into {folder} ...")
+    _note(f"{spec.title}: downloading from the pinned upstream into {_shown(folder)} ...")
     try:
         if spec.base_url is None:
             _fetch_sst2(folder)
@@ -580,8 +627,13 @@ def _from_downloads(spec: _Spec) -> tuple[DatasetDict, str] | None:
     except _NetworkError as exc:
         _note(f"{spec.title}: download failed ({exc}).")
         return None
-    _verify_checksums(spec, folder, fix)
-    return spec.build(folder, True), f"download {folder}"
+    try:  # SST-2's files come out of a zip and were not checked on the way in
+        _verify_checksums(spec, folder, "The upstream file changed or was altered in transit.")
+    except DataError:
+        for f in spec.files:
+            (folder / f).unlink(missing_ok=True)
+        raise
+    return spec.build(folder, True), f"download {_shown(folder)}"
 
 
 # ----------------------------------------------------------------------- step 4: samples
@@ -595,13 +647,13 @@ def _from_samples(spec: _Spec) -> tuple[DatasetDict, str]:
             f"samples in {folder}. Run `make data` or set COURSE_DATA_MIRROR."
         )
     message = (
-        f"{spec.title}: USING THE SMALL SAMPLE DATA in {folder} (no prepared copy, no "
+        f"{spec.title}: USING THE SMALL SAMPLE DATA in {_shown(folder)} (no prepared copy, no "
         "COURSE_DATA_MIRROR, no download): results won't be meaningful. Get the real data "
         "with `make data` (online) or set COURSE_DATA_MIRROR to a mirror folder."
     )
     warnings.warn(message, SampleDataWarning, stacklevel=5)
     _note("WARNING: " + message)
-    return spec.build(folder, False), f"SAMPLES {folder}"
+    return spec.build(folder, False), f"SAMPLES {_shown(folder)}"
 
 
 # ----------------------------------------------------------------------------- loaders
@@ -617,7 +669,7 @@ def _resolve(spec: _Spec, allow_samples: bool = True) -> tuple[DatasetDict, str]
         if found is not None:
             dsd, source = found
             dsd = _save_prepared(spec, dsd, source)
-            return dsd, f"{source} (prepared copy saved in {_prepared_dir(spec)})"
+            return dsd, f"{source} (prepared copy saved in {_shown(_prepared_dir(spec))})"
     if not allow_samples:
         raise DataError(
             f"{spec.title}: no source reachable (no COURSE_DATA_MIRROR, no network or offline "

@@ -2,13 +2,15 @@
 
 Every test runs offline with its own data dir (COURSE_DATA_DIR in tmp_path), so the real
 data/prepared is never touched and nothing contacts the network (a guard fails any test
-that tries).
+that tries). Tests marked ``needs_mirror`` read the real files from the dataset mirror named
+by ``COURSE_DATA_MIRROR`` (layout in data/README.md) and are skipped without one.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import urllib.error
 import warnings
@@ -19,14 +21,11 @@ import pytest
 
 from course import data
 
-MIRROR = Path(
-    os.environ.get("COURSE_DATA_MIRROR")
-    or Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
-)
-needs_mirror = pytest.mark.skipif(
-    not MIRROR.is_dir(),
-    reason=f"no dataset mirror at {MIRROR} (set COURSE_DATA_MIRROR to run these tests)",
-)
+ROOT = Path(__file__).resolve().parents[1]
+_MIRROR_ENV = os.environ.get("COURSE_DATA_MIRROR", "").strip()
+MIRROR = (ROOT / Path(_MIRROR_ENV).expanduser()).resolve() if _MIRROR_ENV else ROOT / "no-mirror"
+NO_MIRROR = "no dataset mirror: set COURSE_DATA_MIRROR to one (layout in data/README.md)"
+needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=NO_MIRROR)
 LOADERS = {"sst2": data.load_sst2, "clinc150": data.load_clinc150, "ud_ewt": data.load_ud_ewt}
 
 
@@ -49,7 +48,7 @@ def isolated(monkeypatch, tmp_path):
 def real(tmp_path_factory):
     """The three datasets loaded once from the mirror (prepared into a session data dir)."""
     if not MIRROR.is_dir():
-        pytest.skip(f"no dataset mirror at {MIRROR} (set COURSE_DATA_MIRROR)")
+        pytest.skip(NO_MIRROR)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_DATA_DIR", str(tmp_path_factory.mktemp("real")))
         mp.setenv("COURSE_DATA_MIRROR", str(MIRROR))
@@ -126,6 +125,39 @@ def test_samples_have_the_real_features(real, name, recwarn):
 
 
 @needs_mirror
+def test_source_lines_show_no_absolute_path(monkeypatch, capsys, tmp_path):
+    """Stored notebook outputs must not show this machine's paths: the one-line source names
+    the mirror as $COURSE_DATA_MIRROR and a data dir outside the repo as $COURSE_DATA_DIR."""
+    mirror = _mirror_copy(tmp_path, "sst2")
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    data.load_sst2()
+    data.load_sst2()
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.startswith(
+        "SST-2 from mirror $COURSE_DATA_MIRROR/sst2 "
+        "(prepared copy saved in $COURSE_DATA_DIR/prepared/sst2): train 67349"
+    )
+    assert second.startswith(
+        "SST-2 from prepared copy $COURSE_DATA_DIR/prepared/sst2 "
+        "(from mirror $COURSE_DATA_MIRROR/sst2): train 67349"
+    )
+    assert str(tmp_path) not in first + second
+
+
+def test_paths_inside_the_repository_are_shown_relative(monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(ROOT / "data" / "samples"))
+    assert data._shown(ROOT / "data" / "prepared" / "sst2") == "data/prepared/sst2"
+    assert data._shown(ROOT / "data" / "samples" / "sst2") == "$COURSE_DATA_MIRROR/sst2"
+    # a manifest written before this change holds the absolute path of its source
+    old = f"mirror {ROOT / 'data' / 'samples' / 'sst2'}"
+    assert data._shown_source(old) == "mirror $COURSE_DATA_MIRROR/sst2"
+    monkeypatch.delenv("COURSE_DATA_MIRROR")
+    with pytest.warns(data.SampleDataWarning):
+        data.load_sst2()
+    assert "SST-2 from SAMPLES data/samples/sst2: train" in capsys.readouterr().out
+
+
+@needs_mirror
 def test_prepared_copy_is_used_next_time(monkeypatch, capsys):
     monkeypatch.setenv("COURSE_DATA_MIRROR", str(MIRROR))
     data.load_sst2()
@@ -173,6 +205,47 @@ def test_truncated_mirror_file_is_rejected(monkeypatch, tmp_path, name, folder, 
     with pytest.raises(data.DataError, match=fname) as info:
         LOADERS[name]()
     assert "expected" in str(info.value) and "COURSE_DATA_MIRROR" in str(info.value)
+    assert str(mirror / folder / fname) in str(info.value)  # the full path, to find the file
+
+
+def _edit_one_byte(path: Path) -> None:
+    """Change one letter in the middle of the file: same size, same rows, another sha256."""
+    path.chmod(0o644)
+    raw = bytearray(path.read_bytes())
+    middle = len(raw) // 2
+    at = middle + next(i for i, b in enumerate(raw[middle:]) if chr(b).isalpha())
+    raw[at] = ord("x") if raw[at] != ord("x") else ord("y")
+    path.write_bytes(bytes(raw))
+
+
+EVERY_FILE = [(name, spec.folder, f) for name, spec in data.SPECS.items() for f in spec.files]
+
+
+@needs_mirror
+@pytest.mark.parametrize("name, folder, fname", EVERY_FILE)
+def test_edited_mirror_file_is_rejected(monkeypatch, tmp_path, name, folder, fname):
+    """An edited sentence keeps the row and label counts: only the sha256 catches it."""
+    mirror = _mirror_copy(tmp_path, folder)
+    _edit_one_byte(mirror / folder / fname)
+    monkeypatch.setenv("COURSE_DATA_MIRROR", str(mirror))
+    with pytest.raises(data.DataError, match="sha256") as info:
+        LOADERS[name]()
+    assert fname in str(info.value) and "COURSE_DATA_MIRROR" in str(info.value)
+
+
+def test_every_dataset_file_has_a_checksum():
+    for spec in data.SPECS.values():
+        for fname, (size, sha) in spec.files.items():
+            assert size > 0 and re.fullmatch("[0-9a-f]{64}", sha), (spec.name, fname)
+
+
+def test_data_readme_publishes_the_checksums_of_the_code():
+    """data/README.md and course.data hold the same size and sha256 for every file."""
+    readme = (ROOT / "data" / "README.md").read_text(encoding="utf-8")
+    entry = re.compile(r"`([\w.-]+)`\s+([\d,]+) bytes,\s+sha256\s+`([0-9a-f]{64})`")
+    published = {f: (int(size.replace(",", "")), sha) for f, size, sha in entry.findall(readme)}
+    in_code = {f: expected for spec in data.SPECS.values() for f, expected in spec.files.items()}
+    assert published == in_code
 
 
 @needs_mirror
@@ -319,6 +392,22 @@ def test_sst2_zip_download_is_extracted(online, monkeypatch, capsys, isolated):
     assert "SST-2 from download" in capsys.readouterr().out
     assert len(sst2["train"]) == 67349
     assert _files_left(isolated / "downloads") == ["dev.tsv", "train.tsv"]
+
+
+@needs_mirror
+def test_sst2_zip_with_an_edited_file_is_an_error(online, monkeypatch, isolated):
+    """GLUE's zip has no published checksum: the extracted files are checked, and removed."""
+    edited = isolated.parent / "edited_dev.tsv"
+    shutil.copy(MIRROR / "sst2" / "dev.tsv", edited)
+    _edit_one_byte(edited)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.write(MIRROR / "sst2" / "train.tsv", "SST-2/train.tsv")
+        zf.write(edited, "SST-2/dev.tsv")
+    monkeypatch.setattr(data, "_open_url", lambda url, timeout=30: FakeResponse(buffer.getvalue()))
+    with pytest.raises(data.DataError, match="dev.tsv: sha256"):
+        data.load_sst2()
+    assert _files_left(isolated / "downloads") == []
 
 
 def test_sample_file_names_agree_with_the_sample_writer_and_are_our_own():
