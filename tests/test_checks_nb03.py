@@ -16,6 +16,8 @@ from course.checks import nb03 as check
 
 def split_correct(x, num_heads):
     batch, length, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
     return x.reshape(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
 
 
@@ -72,7 +74,22 @@ def merge_heads_last(x):
     return x.reshape(batch, length, heads * d_head)
 
 
+def split_truncates(x, num_heads):
+    """Drops the features that do not fill a whole head instead of refusing."""
+    batch, length, d_model = x.shape
+    d_k = d_model // num_heads
+    return split_correct(x[..., : num_heads * d_k], num_heads)
+
+
+def split_unchecked(x, num_heads):
+    """No divisibility check: reshape fails with a RuntimeError about sizes."""
+    batch, length, d_model = x.shape
+    return x.reshape(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
+
+
 SPLIT_MERGE_WRONG = {
+    "split_silently_truncates": (split_truncates, merge_correct),
+    "split_raises_runtime_error_not_value_error": (split_unchecked, merge_correct),
     "split_wrong_axis": (split_wrong_axis, merge_correct),
     "split_and_merge_strided": (split_strided, merge_strided),
     "merge_wrong_order": (split_correct, merge_no_transpose),
@@ -103,6 +120,12 @@ def test_split_merge_wrong_rejected(name):
     assert result.status == FAILED, name
 
 
+def test_split_truncation_is_named():
+    result = check.split_merge_heads(split_truncates, merge_correct, raise_on_failure=False)
+    assert "was accepted and returned shape (2, 3, 5, 3)" in result.message
+    assert "ValueError" in result.message
+
+
 # --- 3.2 multi-head attention ----------------------------------------------------------------
 
 
@@ -119,6 +142,8 @@ def attention(q, k, v, mask=None, scale=None, softmax_dim=-1):
 class MHACorrect(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.num_heads, self.d_model = num_heads, d_model
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
         self.w_k = nn.Linear(d_model, d_model, bias=bias)
@@ -271,7 +296,88 @@ class MHAPerHeadLayers(nn.Module):
         raise AssertionError("never reached")
 
 
+class MHANoDivisibilityCheck(MHACorrect):
+    """Accepts d_model=10 with 3 heads and truncates the features in split."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model - d_model % num_heads, num_heads, dropout, bias)
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def split(self, x):
+        return split_truncates(x, self.num_heads)
+
+    def merge(self, x):
+        merged = merge_correct(x)
+        missing = self.w_o.in_features - merged.size(-1)
+        return torch.nn.functional.pad(merged, (0, missing))
+
+
+class MHADropoutOnOutput(MHACorrect):
+    """Dropout on the module's output instead of the attention weights."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        output, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        return self.dropout(self.w_o(self.merge(output))), weights
+
+
+class MHADropoutOnHeads(MHACorrect):
+    """Dropout on weights @ V (the heads' outputs), before w_o."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        output, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        return self.w_o(self.merge(self.dropout(output))), weights
+
+
+class MHAReturnsDroppedWeights(MHACorrect):
+    """Returns the weights after dropout instead of the pattern the model computed."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        _, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        weights = self.dropout(weights)
+        return self.w_o(self.merge(weights @ v)), weights
+
+
+class MHADropoutNeverApplied(MHACorrect):
+    """Holds an nn.Dropout but never calls it."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        output, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        return self.w_o(self.merge(output)), weights
+
+
+class MHAFunctionalDropout(MHACorrect):
+    """Right, written differently: F.dropout(weights, p, training=self.training)."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        _, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        dropped = nn.functional.dropout(weights, self.dropout.p, training=self.training)
+        return self.w_o(self.merge(dropped @ v)), weights
+
+
 MHA_WRONG = {
+    "indivisible_d_model_accepted": MHANoDivisibilityCheck,
+    "dropout_on_output": MHADropoutOnOutput,
+    "dropout_on_heads_before_w_o": MHADropoutOnHeads,
+    "returns_weights_after_dropout": MHAReturnsDroppedWeights,
+    "dropout_never_applied": MHADropoutNeverApplied,
     "split_wrong_axis": MHASplitWrongAxis,
     "merge_wrong_order": MHAMergeWrongOrder,
     "missing_output_projection": MHANoOutputProjection,
@@ -307,6 +413,26 @@ def test_mha_wrong_rejected(name):
     assert result.status == FAILED, name
 
 
+def test_mha_functional_dropout_passes():
+    result = check.multi_head_attention(MHAFunctionalDropout, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("indivisible_d_model_accepted", "10 features cannot be split into 3 equal heads"),
+        ("dropout_on_output", "dropout acts on the module's output (after w_o)"),
+        ("dropout_on_heads_before_w_o", "dropout acts on the heads' outputs"),
+        ("returns_weights_after_dropout", "are the ones after dropout"),
+        ("dropout_never_applied", "dropout is never applied"),
+    ],
+)
+def test_mha_mistake_is_named(name, words):
+    result = check.multi_head_attention(MHA_WRONG[name], raise_on_failure=False)
+    assert words in result.message, result.message
+
+
 def test_mha_check_keeps_the_global_rng():
     torch.manual_seed(123)
     expected = torch.rand(3)
@@ -338,6 +464,15 @@ COUNT_WRONG = {
 
 def test_count_correct_passes():
     assert check.parameter_count(count_correct, raise_on_failure=False).status == PASSED
+
+
+def test_count_by_building_a_module_passes():
+    """Counting the parameters of a real module is a right answer too."""
+
+    def count_module(d_model, num_heads, bias=True):
+        return sum(p.numel() for p in MHACorrect(d_model, num_heads, bias=bias).parameters())
+
+    assert check.parameter_count(count_module, raise_on_failure=False).status == PASSED
 
 
 def test_count_stub_not_implemented():

@@ -8,6 +8,7 @@ student's weights copied across, the parameter count against that module's ``num
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,6 +21,9 @@ from course.check import (
     expect_shape,
     expect_tensor,
 )
+from course.checks._twins import torch_attention
+
+OWNER = "MultiHeadAttention"
 
 SplitFn = Callable[[torch.Tensor, int], torch.Tensor]
 MergeFn = Callable[[torch.Tensor], torch.Tensor]
@@ -94,24 +98,35 @@ def split_merge_heads(student_split: SplitFn, student_merge: MergeFn) -> None:
         rtol=0.0,
         what="the float64 round trip merge_heads(split_heads(x, 4))",
     )
+    _expect_indivisible_refused(
+        lambda: student_split(torch.zeros(2, 5, 10), 3), "split_heads(x of shape (2, 5, 10), 3)"
+    )
 
 
-def _torch_twin(
-    student: nn.Module, d_model: int, heads: int, bias: bool, dtype: torch.dtype
-) -> nn.MultiheadAttention:
-    """``torch.nn.MultiheadAttention`` carrying the student's weights."""
-    reference = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True, dtype=dtype)
-    with torch.no_grad():
-        reference.in_proj_weight.copy_(
-            torch.cat([student.w_q.weight, student.w_k.weight, student.w_v.weight])
-        )
-        reference.out_proj.weight.copy_(student.w_o.weight)
-        if bias:
-            reference.in_proj_bias.copy_(
-                torch.cat([student.w_q.bias, student.w_k.bias, student.w_v.bias])
-            )
-            reference.out_proj.bias.copy_(student.w_o.bias)
-    return reference.eval()
+def _expect_indivisible_refused(call: Callable[[], Any], what: str) -> None:
+    """10 features cannot be shared by 3 heads: ``call`` must raise a ValueError."""
+    hint = (
+        'Check `d_model % num_heads` first and raise ValueError(f"d_model={d_model} is not '
+        'divisible by num_heads={num_heads}").'
+    )
+    try:
+        result = call()
+    except ValueError:
+        return
+    except Exception as exc:  # noqa: BLE001 - another exception is the wrong kind
+        raise CheckFailure(
+            f"{what} raised {type(exc).__name__} ({exc}); 10 features cannot be split into 3 "
+            "equal heads, so raise a ValueError that says d_model is not divisible by "
+            "num_heads.",
+            hint,
+        ) from None
+    shape = tuple(result.shape) if isinstance(result, torch.Tensor) else None
+    got = f" and returned shape {shape}" if shape else ""
+    raise CheckFailure(
+        f"{what} was accepted{got}: 10 features cannot be split into 3 equal heads, so "
+        "features would be silently dropped. Raise a ValueError instead.",
+        hint,
+    )
 
 
 def _expect_layers(student: nn.Module, d_model: int, bias: bool) -> None:
@@ -198,16 +213,11 @@ def _compare(
     "multi-head attention",
     hint="Project with w_q, w_k, w_v; split_heads; add the head axis to a 3-D mask "
     "(mask.unsqueeze(1)); scaled_dot_product_attention; merge_heads; w_o.",
+    seed=0,
 )
 def multi_head_attention(student_class: type[nn.Module]) -> None:
-    """Against torch.nn.MultiheadAttention (weights copied) in self-, cross- and masked attention."""
-    with torch.random.fork_rng(
-        devices=[]
-    ):  # seed the modules' init without touching the notebook's RNG
-        _multi_head_attention(student_class)
-
-
-def _multi_head_attention(student_class: type[nn.Module]) -> None:
+    """Against torch.nn.MultiheadAttention (weights copied) in self-, cross- and masked
+    attention; then the refusal of d_model % num_heads != 0 and dropout's place in training."""
     generator = torch.Generator().manual_seed(0)
 
     def randn(*shape, dtype=torch.float32):
@@ -218,7 +228,7 @@ def _multi_head_attention(student_class: type[nn.Module]) -> None:
     student = student_class(d_model, heads)
     _expect_layers(student, d_model, bias=True)
     student.eval()
-    reference = _torch_twin(student, d_model, heads, True, torch.float32)
+    reference = torch_attention(student, d_model, heads, True, torch.float32, OWNER)
 
     x = randn(2, 5, d_model)
     _compare(
@@ -318,7 +328,7 @@ def _multi_head_attention(student_class: type[nn.Module]) -> None:
     student = student_class(d_model, heads, bias=False)
     _expect_layers(student, d_model, bias=False)
     student = student.double().eval()
-    reference = _torch_twin(student, d_model, heads, False, torch.float64)
+    reference = torch_attention(student, d_model, heads, False, torch.float64, OWNER)
     query, memory = (
         randn(3, 5, d_model, dtype=torch.float64),
         randn(3, 9, d_model, dtype=torch.float64),
@@ -341,7 +351,7 @@ def _multi_head_attention(student_class: type[nn.Module]) -> None:
     student = student_class(16, 2, dropout=0.5)
     _expect_layers(student, 16, bias=True)
     student.eval()
-    reference = _torch_twin(student, 16, 2, True, torch.float32)
+    reference = torch_attention(student, 16, 2, True, torch.float32, OWNER)
     x = randn(2, 4, 16)
     _compare(
         student,
@@ -355,6 +365,102 @@ def _multi_head_attention(student_class: type[nn.Module]) -> None:
         "dropout=0.5 in eval mode (dropout must be off)",
         1e-5,
     )
+
+    _expect_indivisible_refused(
+        lambda: student_class(10, 3)(
+            torch.zeros(2, 3, 10), torch.zeros(2, 3, 10), torch.zeros(2, 3, 10)
+        ),
+        "MultiHeadAttention(d_model=10, num_heads=3)",
+    )
+    _expect_dropout_on_weights(student_class)
+
+
+def _dropped(got: torch.Tensor, clean: torch.Tensor, p: float) -> bool:
+    """True when ``got`` is ``clean`` after dropout: each entry 0 or clean / (1 - p), some 0."""
+    if got.shape != clean.shape:
+        return False
+    scale = clean.abs().max().item() + 1e-12
+    zero = got.abs() <= 1e-8 * scale
+    kept = (got - clean / (1 - p)).abs() <= 1e-6 * scale
+    return bool((zero | kept).all()) and bool((zero & (clean.abs() > 1e-6 * scale)).any())
+
+
+def _expect_dropout_on_weights(student_class: type[nn.Module]) -> None:
+    """In training mode dropout zeroes attention weights (the copy that multiplies V); the
+    returned weights are those before dropout.
+
+    The weights that multiplied V are recovered from the output itself, whatever the random
+    stream: undo w_o (a square, invertible matrix), split the heads, and solve against each
+    head's values (4 keys, 8 features per head, so the values have full row rank).
+    """
+    p, d_model, heads, lq, lk = 0.5, 16, 2, 3, 4
+    d_k = d_model // heads
+    torch.manual_seed(3)
+    student = student_class(d_model, heads, dropout=p)
+    _expect_layers(student, d_model, bias=True)
+    student = student.double()
+    generator = torch.Generator().manual_seed(4)
+    query = torch.randn(2, lq, d_model, generator=generator, dtype=torch.float64)
+    memory = torch.randn(2, lk, d_model, generator=generator, dtype=torch.float64)
+    what = "dropout=0.5 in training mode"
+    with torch.no_grad():
+        out_eval, w_eval = student.eval()(query, memory, memory)
+        torch.manual_seed(5)
+        result = student.train()(query, memory, memory)
+        student.eval()
+        expect(
+            isinstance(result, tuple) and len(result) == 2,
+            f"forward should return (output, weights), got {type(result).__name__}.",
+        )
+        out_train, w_train = result
+        expect_tensor(out_train, f"the output ({what})")
+        expect_tensor(w_train, f"the attention weights ({what})")
+        hint = (
+            "weights = softmax(...) is what you return; only the copy that multiplies V goes "
+            "through dropout: output = self.dropout(weights) @ v, in training mode."
+        )
+        if not torch.allclose(w_train, w_eval, atol=1e-10):
+            dropped = _dropped(w_train, w_eval, p)
+            raise CheckFailure(
+                f"with {what}, the returned attention weights "
+                + (
+                    "are the ones after dropout (zeros and 1/(1-p)-scaled values); return "
+                    "the weights before dropout, the pattern the model computed."
+                    if dropped
+                    else "differ from those in eval mode; return the weights before dropout, "
+                    "the pattern the model computed."
+                ),
+                hint,
+            )
+        expect(
+            not torch.allclose(out_train, out_eval, atol=1e-10),
+            f"with {what} the output equals the eval-mode output: dropout is never applied.",
+            hint,
+        )
+        w_o = student.w_o
+        bias = w_o.bias if w_o.bias is not None else torch.zeros(d_model, dtype=torch.float64)
+
+        def merged_heads(out: torch.Tensor) -> torch.Tensor:  # undo w_o: (B, H, Lq, d_k)
+            merged = torch.linalg.solve(w_o.weight.T, out - bias, left=False)
+            return merged.reshape(2, lq, heads, d_k).transpose(1, 2)
+
+        heads_train, heads_eval = merged_heads(out_train), merged_heads(out_eval)
+        v = student.w_v(memory).reshape(2, lk, heads, d_k).transpose(1, 2)
+        used = heads_train @ torch.linalg.pinv(v)  # the weights that multiplied V
+        if torch.allclose(used @ v, heads_train, atol=1e-8) and _dropped(used, w_eval, p):
+            return
+        if _dropped(out_train, out_eval, p):
+            mistake = "dropout acts on the module's output (after w_o)"
+        elif _dropped(heads_train, heads_eval, p):
+            mistake = "dropout acts on the heads' outputs (weights @ V, before w_o)"
+        else:
+            mistake = "the output is not the values weighted by dropped-out attention weights"
+        raise CheckFailure(
+            f"with {what}, {mistake}; dropout belongs on the attention weights: each weight "
+            "is zeroed with probability p (the others scaled by 1/(1-p)) before they "
+            "multiply V.",
+            hint,
+        )
 
 
 def _torch_count(d_model: int, heads: int, bias: bool) -> int:
