@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -45,3 +46,16 @@ def test_learning_curves_and_confusion_matrix():
     ax = viz.confusion_matrix_plot([0, 1, 1, 2], [0, 1, 2, 2], ["a", "b", "c"])
     matrix = ax.images[0].get_array()
     assert np.allclose(matrix.sum(axis=1), 1.0) and matrix[1, 2] == 0.5
+
+
+def test_transformer_diagram_draws_both_stacks():
+    fig = viz.transformer_diagram()
+    assert isinstance(fig, plt.Figure)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    for label in ("Encoder", "Decoder", "N×", "Multi-head\nself-attention", "Feed-forward",
+                  "Masked multi-head\nself-attention (causal)", "Multi-head\ncross-attention",
+                  "Linear", "Softmax", "final LayerNorm"):
+        assert label in texts, label
+    assert texts.count("LayerNorm") == 5  # pre-LN: one in front of each of the 2 + 3 sub-layers
+    assert texts.count("N×") == 2
+    plt.close(fig)
