@@ -7,6 +7,9 @@ Commands (``python -m course.nbtools <command>``; the Makefile wraps them):
 * ``check``     exit 1, naming the files, when ``notebooks/`` or ``course/nn.py`` is out of date.
 * ``badges --repo OWNER/NAME``  point every Colab badge and setup cell at another repository.
 
+Cell ids: every cell of a solution must carry a unique nbformat ``id``; the exercise copy keeps
+it unchanged, and the grader (``course.grading``) finds a student's answer cells by it.
+
 Marker rules
 ------------
 Code cells: the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` are what the
@@ -38,13 +41,17 @@ BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
 ANSWER_PLACEHOLDER = "**Your answer:** *write it here.*"
 EXPORT_TAG = "#| export"
+# The slug ends at "/", ".git", a quote (also the JSON-escaped \" of a stored notebook), ")",
+# whitespace or the end of a line.
 REPO_URL = re.compile(
-    r"(github\.com/|colab\.research\.google\.com/github/)([\w.-]+/[\w.-]+?)(/|\.git|\"|\)|$)"
+    r"(github\.com/|colab\.research\.google\.com/github/)([\w.-]+/[\w.-]+?)"
+    r"(/|\.git|\\?\"|\)|\s|$)",
+    re.MULTILINE,
 )
 
 
 class MarkerError(ValueError):
-    """A solution notebook has unbalanced or nested markers."""
+    """A solution notebook has unbalanced or nested markers, or cells without unique ids."""
 
 
 def _blocks(lines: list[str], begin: str, end: str, where: str) -> list[tuple[int, int]]:
@@ -106,8 +113,24 @@ def stub_markdown(source: str, where: str = "cell") -> str:
     return "\n".join(out + lines[previous:])
 
 
+def check_cell_ids(notebook: nbformat.NotebookNode, name: str) -> None:
+    """Raise MarkerError unless every cell has an id, unique in the notebook."""
+    seen: dict[str, int] = {}
+    for index, cell in enumerate(notebook.cells):
+        cell_id = cell.get("id")
+        if not cell_id:
+            raise MarkerError(
+                f"{name}, cell {index} has no id: save the notebook with nbformat >= 4.5 "
+                "(JupyterLab does) so exercise cells can be matched when grading."
+            )
+        if cell_id in seen:
+            raise MarkerError(f"{name}, cells {seen[cell_id]} and {index} share the id {cell_id!r}.")
+        seen[cell_id] = index
+
+
 def exercise_notebook(solution: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    """The student version of one solution notebook."""
+    """The student version of one solution notebook (same cells, same ids)."""
+    check_cell_ids(solution, name)
     notebook = copy.deepcopy(solution)
     notebook.metadata.pop("widgets", None)  # saved progress-bar state belongs to the outputs
     for index, cell in enumerate(notebook.cells):
@@ -133,11 +156,11 @@ def render_exercises() -> dict[Path, str]:
     return rendered
 
 
-def render_nn_module() -> str:
-    """``course/nn.py``: the ``#| export`` cells of every solution, imports hoisted."""
+def render_nn_module(paths: list[Path] | None = None) -> str:
+    """``course/nn.py``: the ``#| export`` cells of every solution (or of ``paths``), imports hoisted."""
     imports: list[str] = []
     bodies: list[str] = []
-    for path in solution_paths():
+    for path in solution_paths() if paths is None else paths:
         notebook = nbformat.read(path, as_version=4)
         for index, cell in enumerate(notebook.cells):
             if cell.cell_type != "code" or not cell.source.startswith(EXPORT_TAG):
@@ -193,15 +216,21 @@ def stale() -> list[str]:
     return problems
 
 
-def set_repository(slug: str) -> list[Path]:
-    """Point Colab badges, setup cells and the project URL at github.com/<slug>."""
+def rewrite_repository(text: str, slug: str) -> str:
+    """``text`` with every GitHub / Colab repository URL pointing at ``slug`` (owner/name)."""
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", slug):
         raise SystemExit(f"REPO must look like owner/name, got {slug!r}")
+    return REPO_URL.sub(lambda m: m.group(1) + slug + m.group(3), text)
+
+
+def set_repository(slug: str) -> list[Path]:
+    """Point Colab badges, setup cells and the project URL at github.com/<slug>."""
+    rewrite_repository("", slug)  # validates the slug
     targets = [ROOT / "README.md", ROOT / "pyproject.toml", *solution_paths()]
     changed = []
     for path in targets:
         text = path.read_text(encoding="utf-8")
-        new = REPO_URL.sub(lambda m: m.group(1) + slug + m.group(3), text)
+        new = rewrite_repository(text, slug)
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(path)

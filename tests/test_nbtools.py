@@ -8,6 +8,8 @@ import pytest
 from course import nbtools
 from course.nbtools import MarkerError, exercise_notebook, stub_code, stub_markdown
 
+REAL_ROOT = nbtools.ROOT
+
 SOLVED = '''def double(x):
     """Twice x."""
     ### BEGIN SOLUTION multiply by two
@@ -60,6 +62,12 @@ def test_malformed_markers_give_a_clear_error(source, message):
     assert "demo.ipynb, cell 3, line" in str(error.value)
 
 
+def _setup_cell_source() -> str:
+    """The real setup cell of the course (it holds the repository URL Colab clones)."""
+    welcome = nbformat.read(REAL_ROOT / "solutions" / "00_welcome.ipynb", as_version=4)
+    return next(c.source for c in welcome.cells if c.source.startswith("# Setup"))
+
+
 def _notebook() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -73,6 +81,7 @@ def _notebook() -> nbformat.NotebookNode:
         ),
         nbformat.v4.new_code_cell("check.double(double)"),
         nbformat.v4.new_markdown_cell("Why?\n<!-- BEGIN ANSWER -->\nBecause.\n<!-- END ANSWER -->"),
+        nbformat.v4.new_code_cell(_setup_cell_source()),
     ]
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="3.14\n")]
     nb.cells[1].execution_count = 7
@@ -164,9 +173,39 @@ def test_badges_rewrite_the_repository_slug(project):
     assert "colab.research.google.com/github/me/course/blob/main" in readme
     assert "github.com/me/course.git" in readme
     assert "me/course" in (project / "pyproject.toml").read_text()
-    assert "github/me/course/blob" in (project / "solutions" / "09_demo.ipynb").read_text()
+    stored = (project / "solutions" / "09_demo.ipynb").read_text()
+    assert "github/me/course/blob" in stored
+    # The setup cell's clone URL, stored in the JSON as REPO = \"https://github.com/...\"
+    assert 'REPO = \\"https://github.com/me/course\\"' in stored
+    setup = nbformat.reads(stored, as_version=4).cells[-1].source
+    assert 'REPO = "https://github.com/me/course"' in setup
+    assert "transformers-hands-on/transformers-hands-on" not in stored
     with pytest.raises(SystemExit):
         nbtools.set_repository("not a slug")
+
+
+def test_exercise_cells_keep_the_solution_ids():
+    solution = _notebook()
+    exercise = exercise_notebook(solution, "09_demo.ipynb")
+    assert [c.id for c in exercise.cells] == [c.id for c in solution.cells]
+
+
+@pytest.mark.parametrize("problem", ["missing", "duplicate"])
+def test_cells_without_unique_ids_are_refused(problem):
+    solution = _notebook()
+    if problem == "missing":
+        del solution.cells[2]["id"]
+    else:
+        solution.cells[2]["id"] = solution.cells[1]["id"]
+    with pytest.raises(MarkerError, match="09_demo.ipynb, cell"):
+        exercise_notebook(solution, "09_demo.ipynb")
+
+
+def test_real_notebooks_share_their_cell_ids_with_the_solutions():
+    for path in nbtools.solution_paths():
+        solution = nbformat.read(path, as_version=4)
+        exercise = nbformat.read(REAL_ROOT / "notebooks" / path.name, as_version=4)
+        assert [c.id for c in exercise.cells] == [c.id for c in solution.cells], path.name
 
 
 def test_repository_generated_files_are_up_to_date():
