@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 REPO   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab check check-samples test lint solutions exercises data badges clean
+.PHONY: help setup lab check check-samples test lint solutions exercises data badges progress grade release gradescope clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,20 @@ data: setup ## Download (or copy from $$COURSE_DATA_MIRROR) and prepare every da
 badges: setup ## Point the Colab badges at another repository: make badges REPO=owner/name
 	@test -n "$(REPO)" || { echo "usage: make badges REPO=owner/name"; exit 1; }
 	$(BIN)/python -m course.nbtools badges --repo $(REPO)
+
+progress: setup ## Your progress: a table of every exercise (DIR=notebooks by default)
+	$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),1)
+
+grade: setup ## Grade a class: make grade SUBMISSIONS=dir OUT=dir [JOBS=2] [POINTS=points.json]
+	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [POINTS=file.json]"; exit 1; }
+	$(BIN)/python -m course.classroom grade --submissions $(SUBMISSIONS) --out $(OUT) -j $(or $(JOBS),1) $(if $(POINTS),--points $(POINTS),)
+
+release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name]
+	@test -n "$(DIR)" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name]"; exit 1; }
+	$(BIN)/python -m course.release $(DIR) $(UPTO) $(if $(REPO),--repo $(REPO),)
+
+gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json]
+	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points $(POINTS),)
 
 clean: ## Remove the environment, caches and prepared data (never your notebooks)
 	rm -rf $(VENV) .pytest_cache .ruff_cache data/prepared data/downloads

@@ -133,7 +133,9 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         notebook = nbformat.read(path, as_version=4)
         nbformat.validate(notebook)
     except Exception as error:  # noqa: BLE001 - any reason makes it "not a notebook"
-        raise ValueError(f"{path.name} is not a readable notebook ({type(error).__name__})") from None
+        raise ValueError(
+            f"{path.name} is not a readable notebook ({type(error).__name__})"
+        ) from None
     return notebook
 
 
@@ -149,7 +151,9 @@ def _heading(source: str) -> str:
     return source.strip().split("\n")[0].strip()
 
 
-def merge(template: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def merge(
+    template: nbformat.NotebookNode, submission: nbformat.NotebookNode
+) -> nbformat.NotebookNode:
     """The template with each answer cell's source taken from the submission.
 
     A submission cell matches an answer cell by ``id``; failing that (a copied or re-created
@@ -169,7 +173,9 @@ def merge(template: nbformat.NotebookNode, submission: nbformat.NotebookNode) ->
                 for other in submission.cells
                 if other.cell_type == cell.cell_type
                 and key
-                and (_signature(other.source) if cell.cell_type == "code" else _heading(other.source))
+                and (
+                    _signature(other.source) if cell.cell_type == "code" else _heading(other.source)
+                )
                 == key
             ]
             match = same[-1] if same else None
@@ -524,7 +530,9 @@ def _results(
     return results
 
 
-def unreadable(template: nbformat.NotebookNode, name: str, status: str, message: str) -> list[ExerciseResult]:
+def unreadable(
+    template: nbformat.NotebookNode, name: str, status: str, message: str
+) -> list[ExerciseResult]:
     """The same status and message for every exercise of a notebook that could not be graded."""
     return [ExerciseResult(name, ex, check, status, message) for ex, check in exercises(template)]
 
