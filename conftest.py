@@ -1,7 +1,8 @@
 """Root pytest configuration: a per-notebook timing table at the end of every run.
 
 nbval reports one test per cell; instructors care about whole notebooks and their budgets
-(../shared/DESIGN.md), so we add the cell times up per notebook and print them.
+(course/budgets.py, explained in docs/DESIGN.md), so we add the cell times up per notebook
+and print them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
+
+# nbval budget per notebook on a 2-core CPU, in seconds: written down once, in course/budgets.py.
+from course.budgets import NOTEBOOK_BUDGET_S
 
 # A kernel whose OpenMP threads spin while they wait for work starves everything else on a
 # small shared machine (and its own output messages with it). Passive waiting lets the
@@ -21,19 +25,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 OUTPUT_TIMEOUT_S = 120
 
 from course.refresh import SAMPLE_DATA_MARKER  # noqa: E402 - printed by course.data on the samples
-
-# nbval budget per notebook on a 2-core CPU, in seconds (DESIGN.md, "nbval budget").
-NOTEBOOK_BUDGET_S = {
-    "00": 60,
-    "01": 60,
-    "02": 60,
-    "03": 120,
-    "04": 60,
-    "05": 180,
-    "06": 270,
-    "07": 300,
-    "08": 330,
-}
 
 _seconds: dict[str, float] = defaultdict(float)
 _failed: set[str] = set()
