@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -46,7 +48,32 @@ def table_stub(max_len, d_model):
     raise NotImplementedError
 
 
+def table_float32_angles(max_len, d_model):
+    """The Annotated Transformer's table: angles computed in float32."""
+    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model)
+    )
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div)[:, : d_model // 2]
+    return table
+
+
+def table_odd_d_model_crashes(max_len, d_model):
+    """Fills the cosine columns with every angle: a shape error when d_model is odd."""
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+    angle = position / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+
+
 TABLE_WRONG = {
+    "angles_in_float32": table_float32_angles,
+    "odd_d_model_crashes": table_odd_d_model_crashes,
+    "all_zeros": lambda n, d: torch.zeros(n, d),
     "sin_cos_swapped": lambda n, d: _table(n, d, swap=True),
     "exponent_i_over_d": lambda n, d: _table(n, d, exponent="i"),
     "exponent_from_column_index": lambda n, d: _table(n, d, layout="column_index"),
@@ -81,6 +108,10 @@ def test_table_messages_name_the_mistake():
         TABLE_WRONG["sines_then_cosines_halves"], raise_on_failure=False
     )
     assert "interleaves" in halves.message
+    zeros = check.sinusoidal_table(TABLE_WRONG["all_zeros"], raise_on_failure=False)
+    assert "all zeros" in zeros.message and "halves" not in zeros.message
+    float32 = check.sinusoidal_table(TABLE_WRONG["angles_in_float32"], raise_on_failure=False)
+    assert "lose precision at large positions" in float32.message
 
 
 # --- 4.2 sinusoidal module -------------------------------------------------------------------
@@ -90,7 +121,7 @@ class SinusoidalCorrect(nn.Module):
     def __init__(self, d_model, max_len=512, dropout=0.0):
         super().__init__()
         self.max_len = max_len
-        self.register_buffer("pe", table_correct(max_len, d_model))
+        self.register_buffer("pe", table_correct(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -184,7 +215,25 @@ class SinusoidalScaled(SinusoidalCorrect):
         return self.dropout(x * self.pe[: x.size(1)])
 
 
+class SinusoidalPersistent(SinusoidalCorrect):
+    """A persistent buffer: the table is saved in every checkpoint."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.0):
+        super().__init__(d_model, max_len, dropout)
+        del self.pe
+        self.register_buffer("pe", table_correct(max_len, d_model))
+
+
+class SinusoidalDropoutBeforeAdding(SinusoidalCorrect):
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError("too long")
+        return self.dropout(x) + self.pe[: x.size(1)]
+
+
 MODULE_WRONG = {
+    "persistent_buffer": SinusoidalPersistent,
+    "dropout_before_adding": SinusoidalDropoutBeforeAdding,
     "seq_first_broadcast": SinusoidalSeqFirst,
     "one_row_per_batch_element": SinusoidalWholeTable,
     "no_length_check": SinusoidalNoLengthCheck,
@@ -215,6 +264,13 @@ def test_module_wrong_rejected(name):
 def test_module_length_error_message():
     result = check.sinusoidal_encoding(SinusoidalNoLengthCheck, raise_on_failure=False)
     assert "ValueError" in result.message
+
+
+def test_module_mistakes_are_named():
+    persistent = check.sinusoidal_encoding(SinusoidalPersistent, raise_on_failure=False)
+    assert "saved in the module's state_dict" in persistent.message
+    before = check.sinusoidal_encoding(SinusoidalDropoutBeforeAdding, raise_on_failure=False)
+    assert "dropout is applied to x before the encoding is added" in before.message
 
 
 # --- 4.3 learned embedding -------------------------------------------------------------------
@@ -379,7 +435,24 @@ def rope_keys_rotated_differently(x, positions=None, base=10000.0):
     return rope_correct(x, pos.double() ** 2 / 7.0, base)
 
 
+def rope_table_lookup(x, positions=None, base=10000.0):
+    """LLaMA-style: precompute cos/sin for positions 0..max-1, then index with the positions."""
+    length = x.shape[-2]
+    positions = torch.arange(length) if positions is None else positions
+    table = _angles(x, torch.arange(64), base)
+    angle = table[positions]  # float positions cannot index
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def rope_rounds_positions(x, positions=None, base=10000.0):
+    return rope_correct(x, None if positions is None else positions.round(), base)
+
+
 ROPE_WRONG = {
+    "table_lookup_fails_on_float_positions": rope_table_lookup,
+    "positions_rounded": rope_rounds_positions,
     "half_split_layout": rope_half_split,
     "added_not_rotated": rope_additive,
     "rotation_sign_flipped": lambda x, positions=None, base=10000.0: rope_correct(
@@ -413,6 +486,19 @@ def test_rope_stub_not_implemented():
 def test_rope_wrong_rejected(name):
     result = check.rope(ROPE_WRONG[name], raise_on_failure=False)
     assert result.status == FAILED, name
+
+
+def test_rope_integer_positions_pass():
+    def rope_long_positions(x, positions=None, base=10000.0):
+        assert positions is None or positions.dtype in (torch.int64, torch.float64)
+        return rope_correct(x, positions, base)
+
+    assert check.rope(rope_long_positions, raise_on_failure=False).status == PASSED
+
+
+def test_rope_table_lookup_message():
+    result = check.rope(rope_table_lookup, raise_on_failure=False)
+    assert "positions may be floating point" in result.message
 
 
 def test_rope_half_split_message():

@@ -100,3 +100,15 @@ def sinusoid_table(length: int, d_model: int, dtype: torch.dtype = torch.float64
     table = torch.zeros(length, d_model, dtype=torch.float64)
     table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
     return table.to(dtype)
+
+
+def is_dropout_of(got: torch.Tensor, clean: torch.Tensor, p: float) -> bool:
+    """True when ``got`` looks like ``nn.Dropout(p)`` applied to ``clean`` in training mode:
+    every entry is 0 or ``clean / (1 - p)``, and at least one nonzero entry was zeroed."""
+    if not isinstance(got, torch.Tensor) or got.shape != clean.shape:
+        return False
+    got, clean = got.detach().double(), clean.detach().double()
+    scale = clean.abs().max().item() + 1e-12
+    zero = got.abs() <= 1e-6 * scale
+    kept = (got - clean / (1 - p)).abs() <= 1e-5 * scale
+    return bool((zero | kept).all()) and bool((zero & (clean.abs() > 1e-4 * scale)).any())

@@ -21,7 +21,7 @@ from course.check import (
     expect_shape,
     expect_tensor,
 )
-from course.checks._twins import torch_attention
+from course.checks._twins import is_dropout_of, torch_attention
 
 OWNER = "MultiHeadAttention"
 
@@ -375,16 +375,6 @@ def multi_head_attention(student_class: type[nn.Module]) -> None:
     _expect_dropout_on_weights(student_class)
 
 
-def _dropped(got: torch.Tensor, clean: torch.Tensor, p: float) -> bool:
-    """True when ``got`` is ``clean`` after dropout: each entry 0 or clean / (1 - p), some 0."""
-    if got.shape != clean.shape:
-        return False
-    scale = clean.abs().max().item() + 1e-12
-    zero = got.abs() <= 1e-8 * scale
-    kept = (got - clean / (1 - p)).abs() <= 1e-6 * scale
-    return bool((zero | kept).all()) and bool((zero & (clean.abs() > 1e-6 * scale)).any())
-
-
 def _expect_dropout_on_weights(student_class: type[nn.Module]) -> None:
     """In training mode dropout zeroes attention weights (the copy that multiplies V); the
     returned weights are those before dropout.
@@ -420,7 +410,7 @@ def _expect_dropout_on_weights(student_class: type[nn.Module]) -> None:
             "through dropout: output = self.dropout(weights) @ v, in training mode."
         )
         if not torch.allclose(w_train, w_eval, atol=1e-10):
-            dropped = _dropped(w_train, w_eval, p)
+            dropped = is_dropout_of(w_train, w_eval, p)
             raise CheckFailure(
                 f"with {what}, the returned attention weights "
                 + (
@@ -447,11 +437,11 @@ def _expect_dropout_on_weights(student_class: type[nn.Module]) -> None:
         heads_train, heads_eval = merged_heads(out_train), merged_heads(out_eval)
         v = student.w_v(memory).reshape(2, lk, heads, d_k).transpose(1, 2)
         used = heads_train @ torch.linalg.pinv(v)  # the weights that multiplied V
-        if torch.allclose(used @ v, heads_train, atol=1e-8) and _dropped(used, w_eval, p):
+        if torch.allclose(used @ v, heads_train, atol=1e-8) and is_dropout_of(used, w_eval, p):
             return
-        if _dropped(out_train, out_eval, p):
+        if is_dropout_of(out_train, out_eval, p):
             mistake = "dropout acts on the module's output (after w_o)"
-        elif _dropped(heads_train, heads_eval, p):
+        elif is_dropout_of(heads_train, heads_eval, p):
             mistake = "dropout acts on the heads' outputs (weights @ V, before w_o)"
         else:
             mistake = "the output is not the values weighted by dropped-out attention weights"

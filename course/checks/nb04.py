@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,6 +24,7 @@ from course.check import (
     expect_shape,
     expect_tensor,
 )
+from course.checks._twins import is_dropout_of, sinusoid_table
 
 TableFn = Callable[[int, int], torch.Tensor]
 RopeFn = Callable[..., torch.Tensor]
@@ -51,7 +53,14 @@ def _row0_diagnosis(row0: torch.Tensor, d_model: int) -> str:
     if torch.allclose(row0, _paper_table(2, d_model)[1], atol=1e-4):
         return "PE[0] equals the paper's PE[1]: positions must start at 0, not 1."
     half = d_model // 2
-    if torch.allclose(row0[:half], torch.zeros(half, dtype=torch.float64), atol=1e-4):
+    if torch.allclose(row0, torch.zeros_like(row0), atol=1e-4):
+        return (
+            "PE[0] is all zeros, but cos 0 = 1 belongs in every odd column: the cosines are "
+            "missing (or nothing was written into the table)."
+        )
+    if torch.allclose(row0[:half], torch.zeros(half, dtype=torch.float64), atol=1e-4) and (
+        torch.allclose(row0[half:], torch.ones_like(row0[half:]), atol=1e-4)
+    ):
         return (
             "PE[0] starts with zeros and ends with ones: the sines and cosines are in two "
             "halves, but the paper interleaves them (sin in column 2i, cos in column 2i + 1)."
@@ -70,7 +79,7 @@ def _row0_diagnosis(row0: torch.Tensor, d_model: int) -> str:
 )
 def sinusoidal_table(student_table: TableFn) -> None:
     """Compare with the paper's formula on several sizes, including odd lengths and length 1."""
-    for max_len, d_model in [(50, 16), (7, 6), (1, 4), (101, 64)]:
+    for max_len, d_model in [(50, 16), (7, 6), (1, 4), (101, 64), (12, 7)]:
         what = f"sinusoidal_table({max_len}, {d_model})"
         table = expect_tensor(student_table(max_len, d_model), what)
         expect_shape(
@@ -87,6 +96,22 @@ def sinusoidal_table(student_table: TableFn) -> None:
         )
         # float32 sin(pos * w) for pos ~ 100 is only accurate to ~1e-5, hence atol 2e-4.
         expect_close(table.double(), _paper_table(max_len, d_model), what=what, atol=2e-4, rtol=0.0)
+
+    # A long table: angles computed in float32 lose about 1e-3 at position 10000 (the spacing
+    # of float32 numbers there), which the paper's formula in float64 does not.
+    max_len, d_model = 10000, 16
+    table = expect_tensor(student_table(max_len, d_model), f"sinusoidal_table({max_len}, 16)")
+    expect_shape(table, (max_len, d_model), f"sinusoidal_table({max_len}, 16)")
+    error = (table.double() - sinusoid_table(max_len, d_model)).abs()
+    if error.max() > 1e-5:
+        pos, column = (int(i) for i in torch.unravel_index(error.argmax(), error.shape))
+        raise CheckFailure(
+            f"sinusoidal_table({max_len}, 16) is off by {error.max().item():.2g} at position "
+            f"{pos}, column {column}: the angles lose precision at large positions when "
+            "computed in float32 (near 10000 float32 numbers are 0.001 apart).",
+            "Compute positions and angles in float64 (torch.arange(..., dtype=torch.float64)) "
+            "and convert the finished table with .float().",
+        )
 
 
 def _expect_value_error(module: nn.Module, x: torch.Tensor, max_len: int) -> None:
@@ -114,14 +139,10 @@ def _expect_value_error(module: nn.Module, x: torch.Tensor, max_len: int) -> Non
     "sinusoidal positional encoding module",
     hint="Register sinusoidal_table(max_len, d_model) with self.register_buffer in __init__; "
     "forward returns dropout(x + table[:L]) for x of shape (batch, L, d_model).",
+    seed=0,
 )
 def sinusoidal_encoding(student_class: type[nn.Module]) -> None:
     """x + PE[:L] against the paper's table, buffers, dtype, dropout and the max_len error."""
-    with torch.random.fork_rng(devices=[]):  # seeded init without touching the notebook's RNG
-        _sinusoidal_encoding(student_class)
-
-
-def _sinusoidal_encoding(student_class: type[nn.Module]) -> None:
     d_model, max_len = 16, 40
     reference = _paper_table(max_len, d_model)
     generator = torch.Generator().manual_seed(0)
@@ -136,7 +157,17 @@ def _sinusoidal_encoding(student_class: type[nn.Module]) -> None:
     expect(
         any(b.numel() >= max_len * d_model for b in module.buffers()),
         "the module has no buffer holding the table, so .to(device) would not move it.",
-        "Create it in __init__ with self.register_buffer('pe', sinusoidal_table(max_len, d_model)).",
+        "Create it in __init__ with self.register_buffer('pe', sinusoidal_table(max_len, d_model), "
+        "persistent=False).",
+    )
+    saved = [name for name, value in module.state_dict().items() if value.numel() > 1]
+    expect(
+        not saved,
+        f"the table is saved in the module's state_dict (key {saved[0]!r}) and so in every "
+        "checkpoint; it is a formula, rebuilt in __init__, and should not be saved."
+        if saved
+        else "",
+        "Register it with self.register_buffer('pe', table, persistent=False).",
     )
 
     zeros = torch.zeros(1, 9, d_model)
@@ -192,11 +223,25 @@ def _sinusoidal_encoding(student_class: type[nn.Module]) -> None:
     )
     torch.manual_seed(0)
     trained = with_dropout.train()(x)
+    clean = x + reference[:11].float()
+    expect_tensor(trained, "the output with dropout=0.5 in train mode")
     expect(
-        bool((trained == 0).any()) and not torch.allclose(trained, x + reference[:11].float()),
+        not torch.allclose(trained, clean),
         "with dropout=0.5 in train mode nothing was dropped: the dropout is not applied.",
         "Return self.dropout(x + table[:L]).",
     )
+    if not is_dropout_of(trained, clean, 0.5):
+        if is_dropout_of(trained - reference[:11].float(), x, 0.5):
+            mistake = "dropout is applied to x before the encoding is added"
+        elif is_dropout_of(trained - x, reference[:11].float(), 0.5):
+            mistake = "dropout is applied to the encoding alone"
+        else:
+            mistake = "the output is not x + table[:L] after dropout"
+        raise CheckFailure(
+            f"with dropout=0.5 in train mode, {mistake}; dropout acts on the sum: each entry "
+            "of x + table[:L] is zeroed with probability p, the others scaled by 1/(1-p).",
+            "Return self.dropout(x + table[:L]).",
+        )
 
 
 @exercise_check(
@@ -207,11 +252,6 @@ def _sinusoidal_encoding(student_class: type[nn.Module]) -> None:
 )
 def learned_embedding(student_class: type[nn.Module]) -> None:
     """x + P[:L] with P the module's only trainable table; gradients reach rows 0..L-1 only."""
-    with torch.random.fork_rng(devices=[]):  # seeded init without touching the notebook's RNG
-        _learned_embedding(student_class)
-
-
-def _learned_embedding(student_class: type[nn.Module]) -> None:
     max_len, d_model = 20, 8
     torch.manual_seed(0)
     module = student_class(max_len, d_model)
@@ -296,6 +336,21 @@ def _rope_half_split(x: torch.Tensor, positions: torch.Tensor, base: float) -> t
     ).to(x.dtype)
 
 
+def _rope_at(student_rope: RopeFn, x: torch.Tensor, positions: torch.Tensor, what: str) -> Any:
+    """``student_rope(x, positions)`` with floating-point positions; a crash is named."""
+    try:
+        return student_rope(x, positions)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a table lookup cannot take these positions
+        raise CheckFailure(
+            f"{what} raised {type(exc).__name__} ({exc}); positions may be floating point "
+            "(float64, even fractional), not only integer indices.",
+            "Compute the angles from the positions themselves, positions[..., None] * theta, "
+            "instead of looking rows up in a precomputed table.",
+        ) from None
+
+
 @exercise_check(
     "Exercise 4.4",
     "rotary position embedding (RoPE)",
@@ -377,12 +432,19 @@ def rope(student_rope: RopeFn) -> None:
         hint="Use the `positions` argument when it is given instead of 0..L-1.",
     )
     odd = torch.tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=torch.float64)
-    expect_close(
-        student_rope(x64, odd),
-        _rope_reference(x64, odd, 10000.0),
-        atol=1e-5,
-        what="apply_rope with arbitrary positions (3, 0, 17, 2, 2, 40, 1)",
-    )
+    fractional = torch.tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=torch.float64)
+    for positions, hint in [
+        (odd, None),
+        (fractional, "The angle is position * theta_i for any real position: do not round it."),
+    ]:
+        what = f"apply_rope(x, positions={positions.tolist()} in float64)"
+        expect_close(
+            _rope_at(student_rope, x64, positions, what),
+            _rope_reference(x64, positions, 10000.0),
+            atol=1e-5,
+            what=what,
+            hint=hint,
+        )
     expect_close(
         student_rope(x64, base=100.0),
         _rope_reference(x64, torch.arange(7), 100.0),
