@@ -104,7 +104,10 @@ class SelfAttention(nn.Module):
 
 # --- from solutions/03_multi_head_attention.ipynb ---
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, L, D) -> (B, H, L, D / H): head h gets features h * D/H ... (h + 1) * D/H - 1."""
+    """(B, L, D) -> (B, H, L, D / H): head h gets features h * D/H ... (h + 1) * D/H - 1.
+
+    Raises ``ValueError`` if D is not divisible by H.
+    """
     batch, length, d_model = x.shape
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
@@ -125,7 +128,9 @@ class MultiHeadAttention(nn.Module):
     (B, Lq, d_model), key (B, Lk, d_model), value (B, Lk, d_model), mask=None)`` returns
     ``(output (B, Lq, d_model), weights (B, H, Lq, Lk))``. ``mask`` is boolean, True = "may
     attend", shaped (B, Lq or 1, Lk) (the head axis is added here) or anything that
-    broadcasts to (B, H, Lq, Lk). Dropout, when training, acts on the attention weights.
+    broadcasts to (B, H, Lq, Lk). Dropout, when training, acts on the attention weights; the
+    returned weights are those before dropout. ``d_model`` not divisible by ``num_heads``
+    raises ``ValueError``.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -179,9 +184,9 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the sinusoidal table to a batch of embeddings: ``x (B, L, d_model) -> x + PE[:L]``.
 
-    The table is a buffer: it follows the module across devices and dtypes but is not
-    trained (and, being a formula, is not saved in checkpoints). Sequences longer than
-    ``max_len`` raise a ``ValueError``.
+    The table is a non-persistent buffer: it follows the module across devices and dtypes but
+    is not trained and, being a formula, is not saved in the ``state_dict``. Dropout acts on
+    the sum. Sequences longer than ``max_len`` raise a ``ValueError``.
     """
 
     def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
@@ -231,7 +236,8 @@ def apply_rope(
 
     Each adjacent pair ``(x[..., 2i], x[..., 2i + 1])`` of the vector at position ``m`` is
     rotated by the angle ``m * theta_i`` with ``theta_i = base^(-2i / d)``. ``positions``
-    (shape (L,), or broadcastable to x's (..., L)) defaults to 0, 1, ..., L - 1.
+    (shape (L,), or broadcastable to x's (..., L); integer or floating point, so real-valued
+    positions are allowed) defaults to 0, 1, ..., L - 1.
     """
     length, dim = x.shape[-2], x.shape[-1]
     if dim % 2:
@@ -471,6 +477,8 @@ def greedy_decode(
 
     Returns a LongTensor (B, 1 + steps) that starts with ``bos_id``; rows that produced
     ``eos_id`` continue with ``pad_id``; stops when all rows are done or after ``max_new_tokens``.
+    ``model`` is in eval mode and stays in it (never ``model.train()``: dropout would make the
+    decoding random).
     """
     memory, memory_mask = model.encode(src_ids)
     batch = src_ids.size(0)
