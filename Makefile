@@ -4,7 +4,12 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# TORCH=cpu installs torch from PyTorch's CPU-only wheel index (no CUDA libraries on Linux);
+# another value names another of its indexes (e.g. TORCH=cu128). Empty: pip's default index.
+TORCH  ?=
+TORCH_INDEX   := https://download.pytorch.org/whl/$(TORCH)
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.txt)
+STAMP  := $(VENV)/.installed$(if $(TORCH),-torch-$(TORCH))
 REPO   ?=
 
 .DEFAULT_GOAL := help
@@ -13,18 +18,20 @@ REPO   ?=
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: $(STAMP) ## Create .venv and install the pinned requirements (re-runs when they change)
+setup: $(STAMP) ## Create .venv and install the pinned requirements (TORCH=cpu: CPU-only torch)
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11 not found: install it or run 'make setup PYTHON=/path/to/python3.11'"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 	@echo "Environment ready in $(VENV)."
 
-lab: setup ## Open JupyterLab on the exercise notebooks
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_ARGS: more options)
+	@test -d "$(or $(DIR),notebooks)" || { echo "DIR=$(DIR) is not a folder of this repository (try DIR=solutions)"; exit 1; }
+	$(BIN)/jupyter lab --notebook-dir=$(or $(DIR),notebooks) --LabApp.app_settings_dir=$(CURDIR)/jupyter-config/lab-settings $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
 	$(BIN)/python -m course.nbtools check
