@@ -144,14 +144,16 @@ def train_step_factory(
     step_optimizer: bool = True,
     scheduler_step: str = "after",  # "after", "before", "none", "twice"
     return_tensor: bool = False,
+    move_batch: bool = True,
 ):
     """A correct training step by default; each flag injects one typical mistake."""
 
     def train_step(model, batch, optimizer, scheduler, max_grad_norm=1.0):
         if set_train:
             model.train()
-        device = next(model.parameters()).device
-        batch = {k: v.to(device) for k, v in batch.items()}
+        if move_batch:
+            device = next(model.parameters()).device
+            batch = {k: v.to(device) for k, v in batch.items()}
         if zero_grad and not zero_grad_at_end:
             optimizer.zero_grad()
         loss = model(**batch).loss
@@ -199,6 +201,7 @@ WRONG_TRAIN_STEPS = {
     "scheduler_stepped_twice": train_step_factory(scheduler_step="twice"),
     "no_optimizer_step": train_step_factory(step_optimizer=False),
     "returns_loss_tensor": train_step_factory(return_tensor=True),
+    "batch_not_moved_to_the_model_device": train_step_factory(move_batch=False),
 }
 
 
@@ -206,6 +209,11 @@ WRONG_TRAIN_STEPS = {
 def test_train_step_rejects_wrong_implementations(wrong):
     result = check.train_step(wrong, raise_on_failure=False)
     assert result.status == FAILED, result.message
+
+
+def test_train_step_unmoved_batch_is_named():
+    result = check.train_step(train_step_factory(move_batch=False), raise_on_failure=False)
+    assert "without moving it to the model's device" in result.message
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,6 +229,7 @@ def evaluate_factory(
     first_batch_only: bool = False,
     percentage: bool = False,
     dataset_denominator: bool = False,
+    restore_train_mode: bool = False,
 ):
     """A correct evaluation by default; each flag injects one typical mistake."""
 
@@ -243,6 +252,8 @@ def evaluate_factory(
                 batch_accuracies.append(batch_correct / int(valid.sum()))
                 if first_batch_only:
                     break
+        if restore_train_mode:
+            model.train()
         if mean_of_batches:
             accuracy = sum(batch_accuracies) / len(batch_accuracies)
         elif dataset_denominator:
@@ -272,6 +283,7 @@ WRONG_EVALUATIONS = {
     "first_batch_only": evaluate_factory(first_batch_only=True),
     "returns_percentage": evaluate_factory(percentage=True),
     "divides_by_examples_not_labels": evaluate_factory(dataset_denominator=True),
+    "leaves_the_model_in_train_mode": evaluate_factory(restore_train_mode=True),
 }
 
 
@@ -279,6 +291,13 @@ WRONG_EVALUATIONS = {
 def test_evaluate_rejects_wrong_implementations(wrong):
     result = check.evaluate_accuracy(wrong, raise_on_failure=False)
     assert result.status == FAILED, result.message
+
+
+def test_evaluate_train_mode_left_is_named():
+    result = check.evaluate_accuracy(
+        evaluate_factory(restore_train_mode=True), raise_on_failure=False
+    )
+    assert "left the model in train mode" in result.message
 
 
 def test_exported_versions_in_course_nn_pass():

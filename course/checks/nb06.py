@@ -370,6 +370,34 @@ def _run_steps(
     return _Comparison(losses, reference_losses, schedulers[0], None, 0.0, "")
 
 
+class _BatchNotMoved(RuntimeError):
+    """Raised when a tensor of a batch "on another device" is used before being moved."""
+
+
+class _OnAnotherDevice(torch.Tensor):
+    """A CPU tensor that behaves as if it lived on another device (a GPU data loader's, say):
+    its shape, dtype and device can be read and ``.to(device)`` gives an ordinary tensor, but
+    any computation with it fails, as mixing devices does. It makes a batch that is never moved
+    to the model's device visible on a machine without a GPU."""
+
+    _READ_ONLY = {"__get__", "size", "dim", "numel", "__len__", "__repr__", "__format__"}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        name = getattr(func, "__name__", "")
+        if name in ("to", "cuda", "cpu") or name in cls._READ_ONLY:
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **(kwargs or {}))
+            if name in cls._READ_ONLY or not isinstance(out, torch.Tensor):
+                return out
+            return out.as_subclass(torch.Tensor).clone()
+        raise _BatchNotMoved(f"`{name}` on a batch tensor that was not moved to the model's device")
+
+
+def _batch_elsewhere(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {key: value.clone().as_subclass(_OnAnotherDevice) for key, value in batch.items()}
+
+
 def _train_step_body(student_train_step: Callable) -> None:
     constant = lambda step: 1.0  # noqa: E731 - a schedule that never changes the lr
     no_clip = 1e6
@@ -381,12 +409,25 @@ def _train_step_body(student_train_step: Callable) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, constant)
     before = copy.deepcopy(model)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(100)
+    torch.manual_seed(100)
+    try:
         loss = student_train_step(
-            model, _tiny_batch(6, seed=10), optimizer, scheduler, max_grad_norm=no_clip
+            model,
+            _batch_elsewhere(_tiny_batch(6, seed=10)),
+            optimizer,
+            scheduler,
+            max_grad_norm=no_clip,
         )
-    spy.remove()
+    except _BatchNotMoved as exc:
+        raise CheckFailure(
+            f"train_step used the batch where it came from, without moving it to the model's "
+            f"device ({exc}); on a GPU this fails with 'Expected all tensors to be on the same "
+            "device'. (The check hands over a batch that acts as if it lived on another device.)",
+            "device = next(model.parameters()).device; batch = {k: v.to(device) for k, v in "
+            "batch.items()} before calling the model.",
+        ) from None
+    finally:
+        spy.remove()
     expect(len(spy.training) > 0, "train_step never called the model.")
     expect(
         all(spy.training),
@@ -532,6 +573,13 @@ def _evaluate_accuracy_body(student_evaluate: Callable) -> None:
         batch["labels"] = torch.where(flip, 1 - predictions, predictions)
     accuracy, spy = _call_evaluate(student_evaluate, model, _loader(batches))
     expect(len(spy.training) > 0, "evaluate_accuracy never called the model.")
+    expect(
+        not model.training,
+        "evaluate_accuracy left the model in train mode; its docstring promises eval mode "
+        "(whoever uses the model next, a prediction or a plot, would get dropout noise).",
+        "Call model.eval() before the loop and do not switch back to train mode at the end: "
+        "train_step calls model.train() itself.",
+    )
     expect(
         not any(spy.training),
         "the model was still in train mode during evaluation: dropout makes predictions random.",
