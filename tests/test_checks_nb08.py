@@ -24,6 +24,16 @@ def pool(hidden, token_mask):
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
+def pool_clamp_tiny(hidden, token_mask):
+    """Right, written differently: the count clamped at 1e-9 instead of 1."""
+    weights = token_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def test_pool_clamp_min_1e9_passes():
+    assert check.masked_mean_pool(pool_clamp_tiny, raise_on_failure=False).status == PASSED
+
+
 def pool_plain_mean(hidden, token_mask):
     return hidden.mean(dim=1)
 
@@ -103,6 +113,25 @@ def threshold(logits, threshold, oos_id):
     """Reference: the argmax intent, unless its softmax probability is below the threshold."""
     confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
     return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_gather(logits, threshold, oos_id):
+    """Right, written differently: the winner's probability read with gather."""
+    probs = logits.softmax(dim=-1)
+    prediction = probs.argmax(dim=-1)
+    confidence = probs.gather(-1, prediction.unsqueeze(-1)).squeeze(-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_masked_fill(logits, threshold, oos_id):
+    """Right, written differently: masked_fill on the argmax."""
+    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    return prediction.masked_fill(confidence < threshold, oos_id)
+
+
+@pytest.mark.parametrize("right", [threshold_gather, threshold_masked_fill])
+def test_threshold_written_differently_passes(right):
+    assert check.apply_threshold(right, raise_on_failure=False).status == PASSED
 
 
 def threshold_on_logits(logits, threshold, oos_id):
@@ -284,6 +313,24 @@ def test_metrics_wrong_rejected(wrong):
     assert result.status == FAILED, result.report()
 
 
+def metrics_zero_d_tensors(pred, target, oos_id):
+    """Forgets .item(): every figure is a 0-d tensor."""
+    in_scope, flagged = target != oos_id, pred == oos_id
+    return {
+        "in_scope_accuracy": (pred[in_scope] == target[in_scope]).double().mean(),
+        "oos_recall": flagged[~in_scope].double().mean(),
+        "oos_precision": (~in_scope[flagged]).double().mean()
+        if flagged.any()
+        else torch.tensor(0.0),
+    }
+
+
+def test_metrics_zero_d_tensors_rejected():
+    result = check.oos_metrics(metrics_zero_d_tensors, raise_on_failure=False)
+    assert result.status == FAILED
+    assert "should be a Python float, got a 0-d tensor" in result.message
+
+
 # ---------------------------------------------------------------------------------------
 # Exercise 8.4: threshold chosen on the validation split
 # ---------------------------------------------------------------------------------------
@@ -300,31 +347,48 @@ def choose_factory(
     ignore_candidates: bool = False,
     pick: str = "largest_feasible",
     data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    grid: list[float] = GRID,
+    strict: bool = False,
+    relative: bool = False,
 ):
     """A correct choose_threshold by default; each argument injects one typical mistake."""
 
     def choose_threshold(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
         if data is not None:  # the mistake: reads another split than the one it is given
             val_logits, val_target = data
-        grid = GRID if candidates is None or ignore_candidates else list(candidates)
+        candidates = grid if candidates is None or ignore_candidates else list(candidates)
         drop = fixed_max_drop if fixed_max_drop is not None else max_drop
         drop = drop * 100 if drop_in_points else drop
-        results = {t: score(apply(val_logits, t, oos_id), val_target, oos_id) for t in grid}
+        results = {t: score(apply(val_logits, t, oos_id), val_target, oos_id) for t in candidates}
         base = (
             1.0
             if floor_from_one
             else score(apply(val_logits, 0.0, oos_id), val_target, oos_id)["in_scope_accuracy"]
         )
-        feasible = [t for t in grid if results[t]["in_scope_accuracy"] >= base - drop]
+        floor = base * (1 - drop) if relative else base - drop
+
+        def meets(t):
+            accuracy = results[t]["in_scope_accuracy"]
+            return accuracy > floor if strict else accuracy >= floor
+
+        feasible = [t for t in candidates if meets(t)]
         if pick == "largest_feasible":
             return max(feasible, default=0.0)
+        if pick == "first_break":  # scans in the given order and stops at the first failure
+            chosen = 0.0
+            for t in candidates:
+                if not meets(t):
+                    break
+                chosen = t
+            return chosen
         if pick == "best_accuracy":
-            return max(grid, key=lambda t: (results[t]["in_scope_accuracy"], -t))
+            return max(candidates, key=lambda t: (results[t]["in_scope_accuracy"], -t))
         if pick == "best_recall":
-            return max(grid, key=lambda t: (results[t]["oos_recall"], -t))
+            return max(candidates, key=lambda t: (results[t]["oos_recall"], -t))
         if pick == "best_sum":
             return max(
-                grid, key=lambda t: results[t]["in_scope_accuracy"] + results[t]["oos_recall"]
+                candidates,
+                key=lambda t: results[t]["in_scope_accuracy"] + results[t]["oos_recall"],
             )
         if pick == "best_f1":
 
@@ -332,7 +396,7 @@ def choose_factory(
                 p, q = r["oos_precision"], r["oos_recall"]
                 return 2 * p * q / (p + q) if p + q else 0.0
 
-            return max(grid, key=lambda t: f1(results[t]))
+            return max(candidates, key=lambda t: f1(results[t]))
         raise ValueError(pick)
 
     return choose_threshold
@@ -395,7 +459,50 @@ WRONG_CHOOSERS = {
     "maximises_accuracy_plus_recall": choose_factory(pick="best_sum"),
     "maximises_f1": choose_factory(pick="best_f1"),
     "always_half": lambda *args, **kwargs: 0.5,
+    "strict_greater_than": choose_factory(strict=True),
+    "relative_floor": choose_factory(relative=True),
+    "stops_at_first_break": choose_factory(pick="first_break"),
+    "default_candidates_miss_one": choose_factory(grid=[i / 100 for i in range(100)]),
+    "returns_a_tensor": lambda *args, **kwargs: torch.tensor(choose_factory()(*args, **kwargs)),
 }
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("strict_greater_than", "*at least* acc0 - max_drop (use >=)"),
+        ("relative_floor", "as a relative drop"),
+        ("stops_at_first_break", "stopped at the first candidate over budget"),
+        ("default_candidates_miss_one", "your default candidates stop before 1.00"),
+    ],
+)
+def test_choose_mistake_is_named(name, words):
+    result = check.choose_threshold(WRONG_CHOOSERS[name], raise_on_failure=False)
+    assert words in result.message, result.message
+
+
+def test_rule_case_separates_the_rules():
+    logits, target = check.rule_case()
+    args = (logits, target, check.CLASSES, check.RULE_MAX_DROP, check.RULE_CANDIDATES)
+    answers = {
+        "right": choose_factory()(*args),
+        "strict": choose_factory(strict=True)(*args),
+        "relative": choose_factory(relative=True)(*args),
+        "first_break": choose_factory(pick="first_break")(*args),
+    }
+    assert answers == {"right": 0.7, "strict": 0.6, "relative": 0.5, "first_break": 0.0}
+
+
+def test_sorted_scan_that_stops_at_the_first_break_passes():
+    """In-scope accuracy never rises with the threshold, so a scan of the sorted candidates
+    that stops at the first one over budget is right."""
+
+    def sorted_scan(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
+        candidates = sorted(GRID if candidates is None else candidates)
+        chooser = choose_factory(pick="first_break")
+        return chooser(val_logits, val_target, oos_id, max_drop, candidates)
+
+    assert check.choose_threshold(sorted_scan, raise_on_failure=False).status == PASSED
 
 
 @pytest.mark.parametrize("name", list(WRONG_CHOOSERS))

@@ -257,12 +257,13 @@ def _reference_metrics(pred: Sequence[int], target: Sequence[int], oos_id: int) 
 
 def _as_float(value: Any, what: str) -> float:
     if isinstance(value, torch.Tensor):
+        shape = "a 0-d tensor" if value.dim() == 0 else f"a tensor of shape {tuple(value.shape)}"
         expect(
-            value.numel() == 1,
-            f"{what} should be one number, got a tensor of shape {tuple(value.shape)}.",
-            hint="Reduce to a single number with .mean() or .item().",
+            False,
+            f"{what} should be a Python float, got {shape}.",
+            "Turn a one-element tensor into a number with .item() (tensors also keep the "
+            "device and, in training, the graph alive).",
         )
-        value = value.item()
     expect(
         isinstance(value, numbers.Real), f"{what} should be a number, got {type(value).__name__}."
     )
@@ -385,6 +386,46 @@ def threshold_case(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return logits, targets
 
 
+def rule_case() -> tuple[torch.Tensor, torch.Tensor]:
+    """A validation set on which the usual misreadings of the budget give different answers.
+
+    128 in-scope rows, 64 of them right (accuracy 0.5 without threshold), and 20 out of scope.
+    With max_drop = 0.0625 (8 rows of 128: all values exact in binary) and the candidates
+    1.0, 0.9, ..., 0.0 the in-scope accuracy at thresholds 0.5, 0.6, 0.7, 0.8 is 61, 58, 56, 54
+    rows of 128: "at least acc0 - max_drop" (56 rows) picks 0.7, a strict ">" 0.6, a relative
+    floor acc0 * (1 - max_drop) (60 rows) 0.5, and a scan of the given (descending) candidates
+    that stops at the first one over budget picks none of them.
+    """
+    right = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 54
+    confidence = torch.tensor(right + [0.95] * 64 + [0.35] * 20, dtype=torch.float64)
+    target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
+    label = torch.cat([target[:64], (target[64:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
+    offset = torch.linspace(2.0, 8.0, len(target), dtype=torch.float64)
+    return _logits_for(confidence, label, offset), target
+
+
+RULE_CANDIDATES = [i / 10 for i in range(10, -1, -1)]  # 1.0, 0.9, ..., 0.0: not ascending
+RULE_MAX_DROP = 0.0625
+RULE_MISTAKES = {
+    0.6: "you kept only candidates strictly above acc0 - max_drop; the budget allows an "
+    "accuracy of *at least* acc0 - max_drop (use >=)",
+    0.5: "you applied max_drop as a relative drop, acc0 * (1 - max_drop); the budget is in "
+    "absolute points: acc0 - max_drop",
+    0.0: "you stopped at the first candidate over budget; the candidates need not be in "
+    "ascending order: keep the largest candidate that meets the budget",
+}
+
+
+def all_in_budget_case() -> tuple[torch.Tensor, torch.Tensor]:
+    """In-scope accuracy 2/128 without threshold: within max_drop=0.03 of it, every threshold
+    is allowed, so the default candidates must reach 1.00."""
+    confidence = torch.tensor([0.95] * 148, dtype=torch.float64)
+    target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
+    label = torch.cat([target[:2], (target[2:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
+    offset = torch.linspace(2.0, 8.0, len(target), dtype=torch.float64)
+    return _logits_for(confidence, label, offset), target
+
+
 def reference_choose_threshold(
     val_logits: torch.Tensor,
     val_target: torch.Tensor,
@@ -430,6 +471,33 @@ def choose_threshold(student_fn: Callable[..., Any]) -> None:
                 "on in-scope rows only, relative to its value with no threshold; keep the "
                 "largest candidate within `max_drop` (a fraction: 0.03 = 3 points).",
             )
+    logits, target = rule_case()
+    expected = reference_choose_threshold(logits, target, CLASSES, RULE_MAX_DROP, RULE_CANDIDATES)
+    got = _as_float(
+        student_fn(logits, target, CLASSES, max_drop=RULE_MAX_DROP, candidates=RULE_CANDIDATES),
+        "the chosen threshold",
+    )
+    if abs(got - expected) > 1e-6:
+        mistake = next(
+            (text for value, text in RULE_MISTAKES.items() if abs(got - value) < 1e-6),
+            "keep the largest candidate whose in-scope accuracy is at least acc0 - max_drop",
+        )
+        expect(
+            False,
+            f"on a validation set with in-scope accuracy 0.5 without threshold, max_drop="
+            f"{RULE_MAX_DROP} and candidates 1.0, 0.9, ..., 0.0, you chose {got:.2f}, expected "
+            f"{expected:.2f} (accuracy exactly 0.5 - {RULE_MAX_DROP}): {mistake}.",
+        )
+    logits, target = all_in_budget_case()
+    got = _as_float(student_fn(logits, target, CLASSES), "the chosen threshold")
+    expect(
+        abs(got - 1.0) < 1e-6,
+        f"on a validation set where every threshold stays within max_drop=0.03 (in-scope "
+        f"accuracy 2/128 to begin with), the default candidates gave {got:.2f}, expected 1.00"
+        + (": your default candidates stop before 1.00." if got >= 0.98 else "."),
+        "With candidates=None, try 0.00, 0.01, ..., 1.00, both ends included "
+        "([i / 100 for i in range(101)] or torch.linspace(0, 1, 101)).",
+    )
     logits, target = threshold_case(2)
     expected = reference_choose_threshold(logits, target, CLASSES, 0.03)
     got = _as_float(student_fn(logits, target, CLASSES), "the chosen threshold")
