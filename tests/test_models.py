@@ -15,6 +15,8 @@ def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("COURSE_MODEL", raising=False)
     monkeypatch.setattr(models, "_hub_state", {})
+    monkeypatch.setattr(models, "_hub_tokenizers", set())
+    monkeypatch.setattr(models, "is_cached", lambda name: False)  # same result on any machine
 
 
 @pytest.fixture(scope="module")
