@@ -1,13 +1,12 @@
 """The checks of notebook 05 pass a correct implementation and reject blank stubs and the
 typical mistakes (each wrong implementation below must be reported as "failed").
 
-The correct implementations are written here, independently of course.nn; the exported
-solution is tested too when course.nn already provides it.
+The correct implementations are the solution notebook's exports in course.nn; each typical
+mistake is a subclass of them (the checks themselves never use course.nn).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pytest
@@ -17,152 +16,56 @@ from torch import nn
 from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb05 as check
 
-# --- correct reference implementations (independent of course.nn) --------------------------
+# --- the correct implementations: the solution notebook's exports ---------------------------
+# The checks compare with PyTorch's own layers, never with course.nn; the tests take course.nn
+# as the known-good fixture and subclass it for each typical mistake below.
+from course.nn import (  # noqa: E402
+    Decoder,
+    DecoderBlock,
+    Encoder,
+    EncoderBlock,
+    FeedForward,
+    PreNormResidual,
+    Transformer,
+    greedy_decode,
+    make_causal_mask,
+    make_padding_mask,
+)
 
 
-def make_padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    return (ids != pad_id)[:, None, :]
+def with_blocks(stack_class: type, block_class: type) -> type:
+    """``stack_class`` (Encoder or Decoder) whose layers are ``block_class`` instances."""
+
+    class Stack(stack_class):
+        def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
+                     max_len=512, pad_id=0):  # fmt: skip
+            super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len,
+                             pad_id)  # fmt: skip
+            self.layers = nn.ModuleList(
+                block_class(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)
+            )
+
+    Stack.__name__ = f"{stack_class.__name__}Of{block_class.__name__}"
+    return Stack
 
 
-def make_causal_mask(length: int, device: torch.device | None = None) -> torch.Tensor:
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None]
+def with_stacks(encoder_class: type = Encoder, decoder_class: type = Decoder) -> type:
+    """The Transformer of course.nn built from the given Encoder and Decoder classes."""
+
+    class Model(Transformer):
+        def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                     dropout=0.0, max_len=512, pad_id=0):  # fmt: skip
+            super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff,
+                             num_layers, dropout, max_len, pad_id)  # fmt: skip
+            sizes = (d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id)
+            self.encoder = encoder_class(src_vocab_size, *sizes)
+            self.decoder = decoder_class(tgt_vocab_size, *sizes)
+
+    return Model
 
 
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
-        super().__init__()
-        self.num_heads = num_heads
-        self.w_q, self.w_k = nn.Linear(d_model, d_model, bias), nn.Linear(d_model, d_model, bias)
-        self.w_v, self.w_o = nn.Linear(d_model, d_model, bias), nn.Linear(d_model, d_model, bias)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, query, key, value, mask=None):
-        batch, lq, d_model = query.shape
-
-        def split(x: torch.Tensor) -> torch.Tensor:
-            return x.view(batch, x.shape[1], self.num_heads, -1).transpose(1, 2)
-
-        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None], float("-inf"))
-        weights = self.dropout(torch.softmax(scores, dim=-1).nan_to_num(0.0))
-        out = (weights @ v).transpose(1, 2).reshape(batch, lq, d_model)
-        return self.w_o(out), weights
-
-
-class TokenEmbedding(nn.Module):
-    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None):
-        super().__init__()
-        self.table = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        self.scale = math.sqrt(d_model)
-
-    def forward(self, ids):
-        return self.table(ids) * self.scale
-
-
-class SinusoidalPositionalEncoding(nn.Module):
-    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
-        super().__init__()
-        pos = torch.arange(max_len)[:, None].float()
-        freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2).float() / d_model)
-        table = torch.zeros(max_len, d_model)
-        table[:, 0::2], table[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
-        self.register_buffer("table", table, persistent=False)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.dropout(x + self.table[: x.shape[1]])
-
-
-class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
-        super().__init__()
-        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
-
-
-class PreNormResidual(nn.Module):
-    def __init__(self, d_model: int, dropout: float = 0.0):
-        super().__init__()
-        self.norm, self.dropout = nn.LayerNorm(d_model), nn.Dropout(dropout)
-
-    def forward(self, x, sublayer):
-        return x + self.dropout(sublayer(self.norm(x)))
-
-
-class EncoderBlock(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.attn_residual = PreNormResidual(d_model, dropout)
-        self.ffn_residual = PreNormResidual(d_model, dropout)
-
-    def forward(self, x, mask=None):
-        x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])
-        return self.ffn_residual(x, self.ffn)
-
-
-class Encoder(nn.Module):
-    block = EncoderBlock
-
-    def __init__(
-        self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0, max_len=512, pad_id=0
-    ):
-        super().__init__()
-        self.pad_id = pad_id
-        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
-        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
-        self.layers = nn.ModuleList(
-            [self.block(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
-        )
-        self.norm = nn.LayerNorm(d_model)
-
-    def forward(self, ids, mask=None):
-        if mask is None:
-            mask = make_padding_mask(ids, self.pad_id)
-        x = self.pos(self.embed(ids))
-        for layer in self.layers:
-            x = layer(x, mask)
-        return self.norm(x)
-
-
-class DecoderBlock(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.self_attn_residual = PreNormResidual(d_model, dropout)
-        self.cross_attn_residual = PreNormResidual(d_model, dropout)
-        self.ffn_residual = PreNormResidual(d_model, dropout)
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        x = self.self_attn_residual(x, lambda h: self.self_attn(h, h, h, tgt_mask)[0])
-        x = self.cross_attn_residual(
-            x, lambda h: self.cross_attn(h, memory, memory, memory_mask)[0]
-        )
-        return self.ffn_residual(x, self.ffn)
-
-
-class Decoder(nn.Module):
-    block = DecoderBlock
-
-    def __init__(
-        self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0, max_len=512, pad_id=0
-    ):
-        super().__init__()
-        self.pad_id = pad_id
-        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
-        self.pos = SinusoidalPositionalEncoding(d_model, max_len, dropout)
-        self.layers = nn.ModuleList(
-            [self.block(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
-        )
-        self.norm = nn.LayerNorm(d_model)
+class DecoderWithTargetMask(Decoder):
+    """course.nn's Decoder with the target mask in a method that the variants replace."""
 
     def target_mask(self, ids):
         return make_padding_mask(ids, self.pad_id) & make_causal_mask(ids.shape[1], ids.device)
@@ -173,57 +76,6 @@ class Decoder(nn.Module):
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
         return self.norm(x)
-
-
-class Transformer(nn.Module):
-    encoder_class, decoder_class = Encoder, Decoder
-
-    def __init__(
-        self,
-        src_vocab_size,
-        tgt_vocab_size,
-        d_model,
-        num_heads,
-        d_ff,
-        num_layers,
-        dropout=0.0,
-        max_len=512,
-        pad_id=0,
-    ):
-        super().__init__()
-        self.pad_id = pad_id
-        self.encoder = self.encoder_class(
-            src_vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id
-        )
-        self.decoder = self.decoder_class(
-            tgt_vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len, pad_id
-        )
-        self.output_projection = nn.Linear(d_model, tgt_vocab_size)
-
-    def encode(self, src_ids):
-        src_mask = make_padding_mask(src_ids, self.pad_id)
-        return self.encoder(src_ids, src_mask), src_mask
-
-    def decode(self, tgt_ids, memory, memory_mask=None):
-        return self.output_projection(self.decoder(tgt_ids, memory, memory_mask))
-
-    def forward(self, src_ids, tgt_ids):
-        return self.decode(tgt_ids, *self.encode(src_ids))
-
-
-@torch.no_grad()
-def greedy_decode(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
-    memory, memory_mask = model.encode(src_ids)
-    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
-    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
-    for _ in range(max_new_tokens):
-        step = model.decode(out, memory, memory_mask)[:, -1].argmax(dim=-1)
-        step = step.masked_fill(done, pad_id)
-        out = torch.cat([out, step[:, None]], dim=1)
-        done |= step == eos_id
-        if done.all():
-            break
-    return out
 
 
 # --- blank stubs ---------------------------------------------------------------------------
@@ -453,8 +305,7 @@ class EncoderLearnedPositions(Encoder):
         return self.norm(x)
 
 
-class EncoderOfPostLNBlocks(Encoder):
-    block = EncoderPostLN
+EncoderOfPostLNBlocks = with_blocks(Encoder, EncoderPostLN)
 
 
 # 5.5 DecoderBlock
@@ -534,17 +385,17 @@ class DecoderResidualAfterNorm(DecoderBlock):
 # 5.6 Decoder
 
 
-class DecoderStackNoCausalMask(Decoder):
+class DecoderStackNoCausalMask(DecoderWithTargetMask):
     def target_mask(self, ids):
         return make_padding_mask(ids, self.pad_id)
 
 
-class DecoderStackOnlyCausal(Decoder):
+class DecoderStackOnlyCausal(DecoderWithTargetMask):
     def target_mask(self, ids):
         return make_causal_mask(ids.shape[1])
 
 
-class DecoderStackMissingFinalNorm(Decoder):
+class DecoderStackMissingFinalNorm(DecoderWithTargetMask):
     def forward(self, tgt_ids, memory, memory_mask=None):
         tgt_mask = self.target_mask(tgt_ids)
         x = self.pos(self.embed(tgt_ids))
@@ -553,7 +404,7 @@ class DecoderStackMissingFinalNorm(Decoder):
         return x
 
 
-class DecoderStackNoPositions(Decoder):
+class DecoderStackNoPositions(DecoderWithTargetMask):
     def forward(self, tgt_ids, memory, memory_mask=None):
         tgt_mask = self.target_mask(tgt_ids)
         x = self.embed(tgt_ids)
@@ -567,12 +418,10 @@ class DecoderStackDropsMemoryMask(Decoder):
         return super().forward(tgt_ids, memory, None)
 
 
-class DecoderStackCrossOnDecoderStates(Decoder):
-    block = CrossAttentionOnDecoderStates
+DecoderStackCrossOnDecoderStates = with_blocks(Decoder, CrossAttentionOnDecoderStates)
 
 
-class DecoderStackOfBlocksWithoutCausalMask(Decoder):
-    block = DecoderNoCausalMask
+DecoderStackOfBlocksWithoutCausalMask = with_blocks(Decoder, DecoderNoCausalMask)
 
 
 # 5.7 Transformer
@@ -596,16 +445,13 @@ class TransformerEncoderGetsNoMask(Transformer):
         return self.encoder(src_ids, ones), src_mask
 
 
-class TransformerMissingFinalNorms(Transformer):
-    encoder_class, decoder_class = EncoderMissingFinalNorm, DecoderStackMissingFinalNorm
+TransformerMissingFinalNorms = with_stacks(EncoderMissingFinalNorm, DecoderStackMissingFinalNorm)
 
 
-class TransformerDecoderWithoutCausalMask(Transformer):
-    decoder_class = DecoderStackNoCausalMask
+TransformerDecoderWithoutCausalMask = with_stacks(decoder_class=DecoderStackNoCausalMask)
 
 
-class TransformerCrossOnDecoderStates(Transformer):
-    decoder_class = DecoderStackCrossOnDecoderStates
+TransformerCrossOnDecoderStates = with_stacks(decoder_class=DecoderStackCrossOnDecoderStates)
 
 
 class TransformerIgnoresSource(Transformer):

@@ -13,7 +13,6 @@ PyTorch's layers use the opposite convention (True = "blocked"), so the checks i
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,6 +22,10 @@ import torch
 from torch import nn
 
 from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
+from course.checks._twins import attribute as _attr
+from course.checks._twins import load_attention, sinusoid_table
+from course.checks._twins import load_linear as _load_linear
+from course.checks._twins import load_norm as _load_norm
 
 D_MODEL, HEADS, D_FF, LAYERS, VOCAB = 16, 4, 32, 2, 11
 TOLERANCE = {
@@ -43,20 +46,6 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _attr(module: Any, path: str, owner: str) -> Any:
-    """``module.<path>`` or a CheckFailure that names the missing attribute."""
-    obj = module
-    for name in path.split("."):
-        if not hasattr(obj, name):
-            raise CheckFailure(
-                f"`{owner}` has no attribute `{path}`; the check copies reference weights into "
-                "the sub-modules by name.",
-                "Keep the sub-modules and names that `__init__` builds (see the docstring).",
-            )
-        obj = getattr(obj, name)
-    return obj
-
-
 def _randomize_(module: nn.Module, seed: int) -> None:
     """Give every parameter random values (LayerNorm gains and biases included), so that a
     swapped or missing piece cannot hide behind PyTorch's default initialisation."""
@@ -73,53 +62,11 @@ def _randomize_(module: nn.Module, seed: int) -> None:
             param.copy_(value.to(param.dtype))
 
 
-def _copy(target: torch.Tensor, source: Any, what: str) -> None:
-    expect(
-        isinstance(source, torch.Tensor),
-        f"`{what}` should be a tensor (a parameter), got {type(source).__name__}.",
-        "Build the layers with bias=True (the default) and keep the names from `__init__`.",
-    )
-    expect(
-        tuple(source.shape) == tuple(target.shape),
-        f"`{what}` has shape {tuple(source.shape)}, expected {tuple(target.shape)}.",
-        "Check the sizes you pass to nn.Linear / nn.LayerNorm (d_model, d_ff).",
-    )
-    with torch.no_grad():
-        target.copy_(source.detach().to(target.dtype))
-
-
-def _load_linear(target: nn.Linear, student: nn.Module, path: str, owner: str) -> None:
-    layer = _attr(student, path, owner)
-    _copy(target.weight, getattr(layer, "weight", None), f"{owner}.{path}.weight")
-    _copy(target.bias, getattr(layer, "bias", None), f"{owner}.{path}.bias")
-
-
-def _load_norm(target: nn.LayerNorm, student: nn.Module, path: str, owner: str) -> None:
-    norm = _attr(student, path, owner)
-    _copy(target.weight, getattr(norm, "weight", None), f"{owner}.{path}.weight")
-    _copy(target.bias, getattr(norm, "bias", None), f"{owner}.{path}.bias")
-    target.eps = getattr(norm, "eps", target.eps)  # a different eps is not what we test
-
-
 def _load_attention(
     target: nn.MultiheadAttention, student: nn.Module, path: str, owner: str
 ) -> None:
-    """Pack the student's w_q, w_k, w_v into PyTorch's in_proj_weight (rows q, then k, then v)."""
-    attn = _attr(student, path, owner)
-    d = target.embed_dim
-    for index, name in enumerate(("w_q", "w_k", "w_v")):
-        linear = _attr(attn, name, f"{owner}.{path}")
-        _copy(
-            target.in_proj_weight[index * d : (index + 1) * d],
-            getattr(linear, "weight", None),
-            f"{owner}.{path}.{name}.weight",
-        )
-        _copy(
-            target.in_proj_bias[index * d : (index + 1) * d],
-            getattr(linear, "bias", None),
-            f"{owner}.{path}.{name}.bias",
-        )
-    _load_linear(target.out_proj, attn, "w_o", f"{owner}.{path}")
+    """Copy ``student.<path>`` (a MultiHeadAttention) into PyTorch's attention layer."""
+    load_attention(target, _attr(student, path, owner), f"{owner}.{path}")
 
 
 def _load_encoder_layer(target: nn.TransformerEncoderLayer, block: nn.Module, owner: str) -> None:
@@ -150,6 +97,19 @@ def _layers(stack: nn.Module, num_layers: int, owner: str) -> list[nn.Module]:
         len(layers) == num_layers,
         f"`{owner}.layers` holds {len(layers)} blocks, expected num_layers = {num_layers}.",
     )
+    distinct = len({id(block) for block in layers})
+    shared = {id(p) for block in layers[1:] for p in block.parameters()} & {
+        id(p) for p in layers[0].parameters()
+    }
+    expect(
+        distinct == num_layers and not shared,
+        f"`{owner}.layers` repeats one block ({distinct} distinct of {num_layers}): the layers "
+        "share their weights, so the stack has the parameters of a single layer."
+        if distinct < num_layers
+        else f"`{owner}.layers` blocks share parameters with the first block.",
+        "Build a new block for every layer: nn.ModuleList(Block(...) for _ in range(num_layers)), "
+        "not [block] * num_layers.",
+    )
     return list(layers)
 
 
@@ -166,20 +126,10 @@ def _token_embedding(stack: nn.Module, owner: str) -> torch.Tensor:
     return tables[0].weight
 
 
-def _sinusoid(length: int, d_model: int, dtype: torch.dtype) -> torch.Tensor:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...), Vaswani et al. (2017)."""
-    pos = torch.arange(length, dtype=torch.float64)[:, None]
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    angle = pos / 10000.0 ** (two_i / d_model)
-    table = torch.zeros(length, d_model, dtype=torch.float64)
-    table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
-    return table.to(dtype)
-
-
 def _embed(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """What the stack should feed its first block: E[ids] * sqrt(d_model) + PE."""
     d_model = weight.shape[1]
-    return weight.detach()[ids] * math.sqrt(d_model) + _sinusoid(
+    return weight.detach()[ids] * math.sqrt(d_model) + sinusoid_table(
         ids.shape[1], d_model, weight.dtype
     )
 
@@ -212,19 +162,6 @@ def _quiet() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
-
-
-def _own_rng(body: Callable[..., None]) -> Callable[..., None]:
-    """Run a check on its own seeded RNG stream: modules the check builds get the same initial
-    weights every time, and the notebook's random stream is left exactly as it was."""
-
-    @functools.wraps(body)
-    def run(*args: Any, **kwargs: Any) -> None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            body(*args, **kwargs)
-
-    return run
 
 
 def _change_tokens(ids: torch.Tensor, start: int, pad_id: int, vocab: int) -> torch.Tensor:
@@ -286,7 +223,6 @@ def _output(value: Any, what: str) -> torch.Tensor:
     hint="forward = linear2(dropout(relu(linear1(x)))): expand to d_ff, ReLU, project back; "
     "no residual inside.",
 )
-@_own_rng
 def feed_forward(FeedForward: type) -> None:
     """Compare with Linear -> ReLU -> Linear (the paper's eq. 2) on the module's own weights."""
     ffn = FeedForward(D_MODEL, D_FF)
@@ -336,6 +272,27 @@ def feed_forward(FeedForward: type) -> None:
     )
     noisy.eval()
     expect(torch.equal(noisy(x), noisy(x)), "in eval mode the output should be deterministic.")
+    # Dropout's place: with p = 1 every hidden activation is dropped, so the output is
+    # linear2's bias alone; dropping the output instead gives zeros.
+    dropped = FeedForward(D_MODEL, D_FF, dropout=1.0)
+    _randomize_(dropped, 6)
+    dropped.train()
+    out = _output(dropped(x), "FeedForward")
+    second = _attr(dropped, "linear2", "FeedForward")
+    first = _attr(dropped, "linear1", "FeedForward")
+    bias_only = second.bias.detach().expand_as(x)
+    if not torch.allclose(out, bias_only, atol=1e-6):
+        if torch.allclose(out, torch.zeros_like(out)):
+            mistake = "dropout acts after the second linear layer (on the output)"
+        elif torch.allclose(out, second(torch.relu(first.bias)).detach().expand_as(x), atol=1e-6):
+            mistake = "dropout acts on the input, before the first linear layer"
+        else:
+            mistake = "dropout does not act on the hidden activations alone"
+        raise CheckFailure(
+            f"with dropout=1.0 in training mode the output should be linear2's bias alone "
+            f"(every hidden activation dropped), but {mistake}.",
+            "Dropout belongs between the two layers: linear2(dropout(relu(linear1(x)))).",
+        )
 
 
 # --- Exercise 5.2 ---------------------------------------------------------------------------
@@ -347,7 +304,6 @@ def feed_forward(FeedForward: type) -> None:
     hint="Pre-LN: x + dropout(sublayer(norm(x))). The residual path carries the *un-normalised* "
     "x; only the sub-layer's input is normalised.",
 )
-@_own_rng
 def pre_norm_residual(PreNormResidual: type) -> None:
     """Compare with x + sublayer(LayerNorm(x)) using the module's own LayerNorm parameters."""
     wrapper = PreNormResidual(D_MODEL)
@@ -409,7 +365,6 @@ def pre_norm_residual(PreNormResidual: type) -> None:
     hint="x = attn_residual(x, lambda h: self_attn(h, h, h, mask)[0]); "
     "then x = ffn_residual(x, ffn). Pass the mask to the attention.",
 )
-@_own_rng
 def encoder_block(EncoderBlock: type) -> None:
     """Match nn.TransformerEncoderLayer(norm_first=True) with the same weights; padding invariance."""
     with _quiet():
@@ -503,7 +458,6 @@ def _stack_like_reference(
     hint="x = pos(embed(ids)); every block gets the padding mask (built from pad_id when mask "
     "is None); finish with the final LayerNorm self.norm.",
 )
-@_own_rng
 def encoder(Encoder: type) -> None:
     """Match embedding*sqrt(d) + sinusoidal PE -> nn.TransformerEncoder(norm=LayerNorm)."""
     with _quiet():
@@ -559,7 +513,6 @@ def encoder(Encoder: type) -> None:
     hint="Three pre-LN sub-layers: masked self-attention (q = k = v = h, tgt_mask), "
     "cross-attention (queries h, keys and values = memory, memory_mask), feed-forward.",
 )
-@_own_rng
 def decoder_block(DecoderBlock: type) -> None:
     """Match nn.TransformerDecoderLayer(norm_first=True); causality; memory padding invariance."""
     with _quiet():
@@ -642,7 +595,6 @@ def _torch_decoder(dtype: torch.dtype) -> nn.TransformerDecoder:
     hint="tgt_mask = padding mask of tgt_ids & causal mask; x = pos(embed(tgt_ids)); every "
     "block gets (x, memory, tgt_mask, memory_mask); finish with self.norm.",
 )
-@_own_rng
 def decoder(Decoder: type) -> None:
     """Match E[ids]·sqrt(d) + PE -> nn.TransformerDecoder(norm=LayerNorm); causality."""
     with _quiet():
@@ -720,7 +672,6 @@ def decoder(Decoder: type) -> None:
     "decode: output_projection(decoder(tgt_ids, memory, src_mask)); forward = decode(encode). "
     "Return raw logits (no softmax).",
 )
-@_own_rng
 def transformer(Transformer: type) -> None:
     """Match the same pieces assembled around nn.Transformer(norm_first=True)."""
     src_vocab, tgt_vocab, pad_id = VOCAB, VOCAB + 2, 0
@@ -845,6 +796,7 @@ class _ReverseOracle(nn.Module):
         self.vocab, self.bos_id, self.eos_id, self.pad_id = vocab, bos_id, eos_id, pad_id
         self.noise = torch.rand(64, vocab, generator=_generator(noise_seed))
         self.calls = 0
+        self.calls_in_training = 0
 
     def encode(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return src_ids.clone(), (src_ids != self.pad_id)[:, None, :]
@@ -853,6 +805,7 @@ class _ReverseOracle(nn.Module):
         self, tgt_ids: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         self.calls += 1
+        self.calls_in_training += int(self.training)
         batch, length = tgt_ids.shape
         logits = self.noise[:length].expand(batch, length, self.vocab).clone()
         for b in range(batch):
@@ -892,7 +845,6 @@ def _reference_greedy(
     "after a row emits EOS, append pad_id to it; stop when every row is done or after "
     "max_new_tokens steps.",
 )
-@_own_rng
 def greedy_decode(student_greedy_decode: Callable) -> None:
     """Compare with a reference greedy loop on fake models whose answers are known."""
     for seed, (bos, eos, pad) in enumerate(((1, 2, 0), (4, 7, 3))):
@@ -903,7 +855,15 @@ def greedy_decode(student_greedy_decode: Callable) -> None:
             src[row, : len(word)] = torch.tensor(word)
         # Enough room: stops as soon as all three rows have emitted EOS (after 6 steps).
         for max_new in (10, 3):
+            oracle.eval()  # as the exercise calls it
             got = student_greedy_decode(oracle, src, max_new, bos_id=bos, eos_id=eos, pad_id=pad)
+            expect(
+                not oracle.training and oracle.calls_in_training == 0,
+                "greedy_decode switched the model to training mode (model.train()): with "
+                "dropout on, decoding is random and the model is left in the wrong mode.",
+                "The model comes in eval mode; leave it so (calling model.eval() is fine, "
+                "model.train() is not).",
+            )
             expected = _reference_greedy(oracle, src, max_new, bos, eos, pad)
             expect(
                 isinstance(got, torch.Tensor) and got.dtype == torch.long,
