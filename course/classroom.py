@@ -190,6 +190,11 @@ def grade_class(
     def one(student: Path) -> list[ExerciseResult]:
         start = time.time()
         results = grade_student(student, templates, per_student, timeout_s, memory_gb)
+        for name in dict.fromkeys(r.notebook for r in results):
+            mine = [r for r in results if r.notebook == name]
+            if mine[0].seconds:
+                passed = sum(r.passed for r in mine)
+                log(f"  {student.name} {name}: {passed} of {len(mine)} ({mine[0].seconds:.0f} s)")
         score = sum(points_of(r, points) for r in results)
         log(
             f"{student.name}: {score:g} of {len(results)} exercises passed ({time.time() - start:.0f} s)"

@@ -71,6 +71,7 @@ class ExerciseResult:
     check: str
     status: str
     message: str = ""
+    seconds: float = 0.0  # wall-clock time of the whole notebook this exercise belongs to
 
     @property
     def passed(self) -> bool:
@@ -285,10 +286,11 @@ def cell_names(source: str) -> tuple[set[str], set[str]]:
     return names.defines, names.uses - set(dir(builtins))
 
 
-def needed_cells(notebook: nbformat.NotebookNode) -> list[int]:
+def needed_cells(notebook: nbformat.NotebookNode, answers: Iterable[int] = ()) -> list[int]:
     """Indices of the code cells the checks need, in notebook order.
 
-    Seeds: the setup cell (the first code cell), every answer cell and every check cell. Then,
+    Seeds: the setup cell (the first code cell), every answer cell (a stub, or an index in
+    ``answers``: the template's answer cells once a student filled them) and every check cell. Then,
     repeatedly, for each name a needed cell uses, the nearest earlier cell defining it (by
     assignment, ``def``, ``class``, ``import``, or ``x[...] =`` / ``x.attr =``) is needed too.
     """
@@ -296,9 +298,11 @@ def needed_cells(notebook: nbformat.NotebookNode) -> list[int]:
     if not code:
         return []
     names = {i: cell_names(notebook.cells[i].source) for i in code}
-    seeds = {code[0]} | {
-        i for i in code if is_answer_cell(notebook.cells[i]) or check_names(notebook.cells[i])
-    }
+    seeds = (
+        {code[0]}
+        | {i for i in answers if i in names}
+        | {i for i in code if is_answer_cell(notebook.cells[i]) or check_names(notebook.cells[i])}
+    )
     needed, todo = set(), sorted(seeds)
     while todo:
         index = todo.pop()
@@ -437,7 +441,8 @@ def run_notebook(
     """Grade one submitted notebook against its template; one result per check cell."""
     wanted = exercises(template)
     graded = merge(template, submission)
-    runnable = instrument(graded, needed_cells(graded))
+    answers = [i for i, cell in enumerate(template.cells) if is_answer_cell(cell)]
+    runnable = instrument(graded, needed_cells(graded, answers))
     check_cells = {i for i, cell in enumerate(graded.cells) if check_names(cell)}
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         path, record, log = (Path(scratch) / f for f in (name, "checks.jsonl", "cells.jsonl"))
@@ -553,7 +558,11 @@ def grade_file(
         submission = read_notebook(submission_path)
     except ValueError as error:
         return unreadable(template, name, ERROR, str(error))
-    return run_notebook(template, submission, name, timeout_s, memory_gb, threads)
+    start = time.time()
+    results = run_notebook(template, submission, name, timeout_s, memory_gb, threads)
+    for result in results:
+        result.seconds = round(time.time() - start, 1)
+    return results
 
 
 def as_dicts(results: Iterable[ExerciseResult]) -> list[dict]:
