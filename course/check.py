@@ -119,16 +119,19 @@ def _summarise_exception(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     outside = [f for f in frames if not _is_checker(f.filename)]
     own = [f for f in outside if not _is_library(f.filename)] or outside
+    checker = [
+        f for f in frames if _is_checker(f.filename) and "/course/check.py" not in f.filename
+    ]
     where = ""
     if own:
         frame = own[-1]
         where = f" (in `{frame.name}`, line {frame.lineno}: `{(frame.line or '').strip()}`)"
+    elif checker:  # raised on the call itself (a wrong signature): show the check's call
+        where = f" (when the check called `{(checker[-1].line or '').strip()}`)"
     return f"your code raised {type(exc).__name__}: {exc}{where}"
 
 
-def exercise_check(
-    exercise: str, title: str, hint: str | None = None, seed: int = 0
-) -> Callable:
+def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int = 0) -> Callable:
     """Decorate a check body ``body(*student_objects)`` into a notebook-facing check.
 
     The body runs on a fork of torch's random state seeded with ``seed``: the student's weight

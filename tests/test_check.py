@@ -84,3 +84,40 @@ def test_expect_shape_rejects_non_tensors():
     assert shape_check(torch.zeros(2), raise_on_failure=False).status == PASSED
     result = shape_check([0, 0], raise_on_failure=False)
     assert "should be a torch.Tensor, got list" in result.message
+
+
+def test_exception_inside_torch_points_at_the_students_line():
+    layer = torch.nn.Linear(4, 2)
+
+    def broken(x):
+        return layer(x)  # (2, 3) into a 4-feature layer: fails inside torch
+
+    result = identity_check(broken, raise_on_failure=False)
+    assert "return layer(x)" in result.message, result.message
+    assert "F.linear" not in result.message
+
+
+def test_exception_on_the_call_itself_shows_the_checks_call():
+    from course.checks import nb01
+
+    result = nb01.bpe_encode(lambda word: [word], raise_on_failure=False)  # one argument short
+    assert result.message.startswith("your code raised TypeError")
+    assert "when the check called `got = student(word, list(merges))`" in result.message
+
+
+def test_checks_run_on_a_seeded_fork_of_the_random_state():
+    draws = []
+
+    @exercise_check("Exercise 9.3", "random", seed=7)
+    def random_check(_):
+        draws.append(torch.rand(2))
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    random_check(None)
+    random_check(None)
+    assert torch.equal(torch.rand(3), expected_next)  # the notebook's stream is untouched
+    assert torch.equal(draws[0], draws[1])  # the check itself is reproducible
+    torch.manual_seed(7)
+    assert torch.equal(draws[0], torch.rand(2))

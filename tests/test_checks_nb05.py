@@ -145,6 +145,11 @@ class FFNNoDropout(FeedForward):
         return self.linear2(torch.relu(self.linear1(x)))
 
 
+class FFNDropoutAfterSecondLinear(FeedForward):
+    def forward(self, x):
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))
+
+
 class FFNMixesPositions(FeedForward):
     def forward(self, x):
         out = super().forward(x)
@@ -538,6 +543,22 @@ def greedy_one_step_too_many(model, src_ids, max_new_tokens, bos_id=1, eos_id=2,
 
 # --- the tests -----------------------------------------------------------------------------
 
+
+class EncoderOneBlockRepeated(Encoder):
+    """One block object repeated num_layers times: the layers share their weights."""
+
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
+                 max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len,
+                         pad_id)  # fmt: skip
+        self.layers = nn.ModuleList([self.layers[0]] * num_layers)
+
+
+def greedy_in_train_mode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id):
+    model.train()
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
+
+
 CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
     "feed_forward": (
         check.feed_forward,
@@ -550,6 +571,7 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "hidden size d_model instead of d_ff": FFNHiddenIsDModel,
             "dropout missing": FFNNoDropout,
             "mixes positions": FFNMixesPositions,
+            "dropout after the second linear": FFNDropoutAfterSecondLinear,
         },
     ),
     "pre_norm_residual": (
@@ -589,6 +611,7 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "final norm after every block": EncoderNormEveryBlock,
             "learned positions": EncoderLearnedPositions,
             "post-LN blocks": EncoderOfPostLNBlocks,
+            "one block repeated": EncoderOneBlockRepeated,
         },
     ),
     "decoder_block": (
@@ -644,6 +667,7 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "output without BOS": greedy_without_bos,
             "special ids hard-coded": greedy_hardcoded_ids,
             "one step too many": greedy_one_step_too_many,
+            "switches the model to train mode": greedy_in_train_mode,
         },
     ),
 }
@@ -715,3 +739,17 @@ def test_checks_leave_the_global_random_stream_alone():
     torch.manual_seed(123)
     check.encoder_block(EncoderBlock, raise_on_failure=False)
     assert torch.equal(torch.rand(3), before)
+
+
+@pytest.mark.parametrize(
+    ("name", "label", "words"),
+    [
+        ("feed_forward", "dropout after the second linear", "dropout acts after the second"),
+        ("encoder", "one block repeated", "repeats one block (1 distinct of 2)"),
+        ("greedy_decode", "switches the model to train mode", "switched the model to training"),
+    ],
+)
+def test_mistake_is_named(name, label, words):
+    check_fn, _, wrongs = CASES[name]
+    result = check_fn(wrongs[label], raise_on_failure=False)
+    assert words in result.message, result.report()
