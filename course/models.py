@@ -189,7 +189,8 @@ def _access(name: str) -> tuple[str, str, str]:
             return "cache", f"in the local cache ({flags})", ""
         return (
             "none",
-            f"{flags} is set (no network use) and it is not in the Hugging Face cache",
+            f"{flags} {'are' if ' and ' in flags else 'is'} set (no network use) and it is not "
+            "in the Hugging Face cache",
             f"To use it, run once with a network and without {flags} so it gets cached, "
             f"{_how_to_choose(name)}",
         )
