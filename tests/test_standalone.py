@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = {".ci/run"}
-# "../shared" or "/work/shared", written so that this file does not match itself
+# the sibling folder "shared" seen from the clone or by its absolute path here (the pattern
+# is split so that this file does not match itself)
 OUTSIDE = re.compile(r"(\.\./|/work/)" + "shared" + r"\b")
 
 
