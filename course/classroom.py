@@ -155,17 +155,24 @@ def feedback(student: str, results: list[ExerciseResult], points: dict[str, floa
     earned = sum(points_of(r, points) for r in results)
     possible = sum(points.get(r.exercise, 1.0) for r in results)
     lines = [f"# Feedback for {student}", "", f"**Total: {earned:g} of {possible:g} points.**"]
-    notebook = None
-    for r in results:
-        if r.notebook != notebook:
-            notebook = r.notebook
-            lines += ["", f"## {Path(notebook).stem}", ""]
-        lines.append(
-            f"- **Exercise {r.exercise}** ({r.status}, {points_of(r, points):g} of "
-            f"{points.get(r.exercise, 1.0):g}):"
-        )
-        lines += ["", "  ```text", *[f"  {x}" for x in r.message.strip().splitlines()], "  ```", ""]
+    for notebook in dict.fromkeys(r.notebook for r in results):
+        mine = [r for r in results if r.notebook == notebook]
+        lines += ["", f"## {Path(notebook).stem}", ""]
+        same = {(r.status, r.message) for r in mine}
+        if len(same) == 1 and mine[0].status in (grading.MISSING, grading.ERROR):
+            lines.append(f"- All {len(mine)} exercises ({mine[0].status}): {mine[0].message}")
+            continue
+        for r in mine:
+            lines += _feedback_item(r, points)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _feedback_item(r: ExerciseResult, points: dict[str, float]) -> list[str]:
+    """One exercise in the feedback: status, points and the check's own message."""
+    head = f"- **Exercise {r.exercise}** ({r.status}, {points_of(r, points):g} of "
+    head += f"{points.get(r.exercise, 1.0):g}):"
+    body = [f"  {x}" for x in r.message.strip().splitlines()]
+    return [head, "", "  ```text", *body, "  ```", ""]
 
 
 def grade_class(
