@@ -161,7 +161,7 @@ def hub_status(name: str, timeout: float | None = None) -> tuple[str, str]:
     thread = threading.Thread(target=probe, daemon=True)  # bounds a slow DNS lookup too
     thread.start()
     thread.join(timeout + 0.5)
-    return result[0] if result else ("unreachable", f"no answer in {timeout:g} s")
+    return result[0] if result else ("unreachable", "no answer")
 
 
 def _announce_fallback(name: str, reason: str, advice: str) -> None:
@@ -209,7 +209,7 @@ def _access(name: str) -> tuple[str, str, str]:
         return "cache", f"the Hugging Face Hub is unreachable ({detail}): using the cached copy", ""
     return (
         "none",
-        f"the Hugging Face Hub ({_hub_endpoint()}) did not answer within "
+        f"the Hugging Face Hub ({_hub_endpoint()}) could not be reached within "
         f"{HUB_PROBE_TIMEOUT:g} s ({detail}): no network? and it is not in the local cache",
         "Connect once so it gets cached, set COURSE_OFFLINE=1 to skip this check on a machine "
         f"without network, {_how_to_choose(name)}",
