@@ -559,6 +559,48 @@ def greedy_in_train_mode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
     return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
 
 
+class AnnotatedLayerNorm(nn.Module):
+    """The Annotated Transformer's norm: unbiased std, eps added to the std."""
+
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+
+class ExactHandWrittenLayerNorm(AnnotatedLayerNorm):
+    """Right, written by hand: biased variance, eps inside the square root."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        variance = x.var(-1, keepdim=True, unbiased=False)
+        return self.a_2 * (x - mean) / torch.sqrt(variance + self.eps) + self.b_2
+
+
+def with_annotated_norms(cls: type, paths: tuple[str, ...], norm: type = AnnotatedLayerNorm):
+    class Variant(cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for path in paths:
+                owner, _, name = path.rpartition(".")
+                parent = self.get_submodule(owner) if owner else self
+                setattr(parent, name, norm(D_MODEL_TEST))
+
+    Variant.__name__ = f"{cls.__name__}With{norm.__name__}"
+    return Variant
+
+
+D_MODEL_TEST = check.D_MODEL
+ResidualAnnotatedNorm = with_annotated_norms(PreNormResidual, ("norm",))
+EncoderBlockAnnotatedNorm = with_annotated_norms(EncoderBlock, check.ENCODER_NORMS)
+DecoderBlockAnnotatedNorm = with_annotated_norms(DecoderBlock, check.DECODER_NORMS)
+
+
 CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
     "feed_forward": (
         check.feed_forward,
@@ -750,6 +792,42 @@ def test_checks_leave_the_global_random_stream_alone():
     ],
 )
 def test_mistake_is_named(name, label, words):
+    check_fn, _, wrongs = CASES[name]
+    result = check_fn(wrongs[label], raise_on_failure=False)
+    assert words in result.message, result.report()
+
+
+@pytest.mark.parametrize(
+    ("name", "variant"),
+    [
+        ("pre_norm_residual", ResidualAnnotatedNorm),
+        ("encoder_block", EncoderBlockAnnotatedNorm),
+        ("decoder_block", DecoderBlockAnnotatedNorm),
+    ],
+)
+def test_annotated_transformer_norm_is_named(name, variant):
+    result = CASES[name][0](variant, raise_on_failure=False)
+    assert result.status == FAILED
+    assert "the normalisation differs" in result.message, result.report()
+
+
+def test_exact_hand_written_layer_norm_passes():
+    variant = with_annotated_norms(EncoderBlock, check.ENCODER_NORMS, ExactHandWrittenLayerNorm)
+    result = check.encoder_block(variant, raise_on_failure=False)
+    assert result.status == PASSED, result.report()
+
+
+@pytest.mark.parametrize(
+    ("name", "label", "words"),
+    [
+        ("encoder_block", "padding mask ignored", "the mask does not reach the self-attention"),
+        ("decoder_block", "no causal mask", "the causal mask (tgt_mask) is not applied"),
+        ("decoder_block", "cross-attention fed the decoder states", "not fed the memory"),
+        ("decoder", "no causal mask", "the causal mask is not applied"),
+        ("decoder", "missing final norm", "self.norm is missing"),
+    ],
+)
+def test_block_and_stack_diagnostics(name, label, words):
     check_fn, _, wrongs = CASES[name]
     result = check_fn(wrongs[label], raise_on_failure=False)
     assert words in result.message, result.report()

@@ -64,9 +64,22 @@ def load_linear(target: nn.Linear, student: Any, path: str, owner: str) -> None:
 def load_norm(target: nn.LayerNorm, student: Any, path: str, owner: str) -> None:
     """Copy ``student.<path>``'s gain and bias (and eps, which is not what is tested)."""
     norm = attribute(student, path, owner)
-    copy_into(target.weight, getattr(norm, "weight", None), f"{owner}.{path}.weight")
-    copy_into(target.bias, getattr(norm, "bias", None), f"{owner}.{path}.bias")
-    target.eps = getattr(norm, "eps", target.eps)
+    weight, bias, eps = norm_parameters(norm)
+    copy_into(target.weight, weight, f"{owner}.{path}.weight")
+    copy_into(target.bias, bias, f"{owner}.{path}.bias")
+    target.eps = eps if eps is not None else target.eps
+
+
+def norm_parameters(norm: Any) -> tuple[Any, Any, float | None]:
+    """(gain, bias, eps) of a LayerNorm, or of a hand-written one whose only parameters are two
+    vectors (gain first, as in ``a_2``/``b_2`` of the Annotated Transformer)."""
+    weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)
+    if weight is None and bias is None and isinstance(norm, nn.Module):
+        vectors = [p for p in norm.parameters() if p.dim() == 1]
+        if len(vectors) == 2:
+            weight, bias = vectors
+    eps = getattr(norm, "eps", None)
+    return weight, bias, eps if isinstance(eps, float) else None
 
 
 def load_attention(target: nn.MultiheadAttention, attention: Any, owner: str) -> None:

@@ -23,7 +23,7 @@ from torch import nn
 
 from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
 from course.checks._twins import attribute as _attr
-from course.checks._twins import load_attention, sinusoid_table
+from course.checks._twins import load_attention, norm_parameters, sinusoid_table
 from course.checks._twins import load_linear as _load_linear
 from course.checks._twins import load_norm as _load_norm
 
@@ -67,6 +67,42 @@ def _load_attention(
 ) -> None:
     """Copy ``student.<path>`` (a MultiHeadAttention) into PyTorch's attention layer."""
     load_attention(target, _attr(student, path, owner), f"{owner}.{path}")
+
+
+def _expect_layer_norm(module: Any, path: str, owner: str) -> None:
+    """``module.<path>`` must compute what nn.LayerNorm computes; name it when it does not."""
+    norm = _attr(module, path, owner)
+    if isinstance(norm, nn.LayerNorm) or not callable(norm):
+        return
+    weight, bias, eps = norm_parameters(norm)
+    if not isinstance(weight, torch.Tensor) or not isinstance(bias, torch.Tensor):
+        return  # copying the weights names what is missing
+    h = 2.0 * torch.randn(3, 5, weight.shape[0], generator=_generator(7), dtype=weight.dtype) + 0.5
+    with torch.no_grad():
+        got = norm(h)
+        expected = nn.functional.layer_norm(
+            h, (weight.shape[0],), weight, bias, 1e-5 if eps is None else eps
+        )
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        error = (got - expected).abs().max().item()
+        if error > 1e-4:
+            raise CheckFailure(
+                f"`{owner}.{path}` does not compute what nn.LayerNorm computes (largest "
+                f"difference {error:.2g} on a random input): the normalisation differs. "
+                "LayerNorm divides x - mean by sqrt(variance + eps), with the biased variance; "
+                "(x - mean) / (std + eps) with the unbiased std, as in the Annotated "
+                "Transformer, is another function.",
+                "Use nn.LayerNorm(d_model) for every norm.",
+            )
+
+
+def _expect_norms(module: Any, paths: tuple[str, ...], owner: str) -> None:
+    for path in paths:
+        _expect_layer_norm(module, path, owner)
+
+
+ENCODER_NORMS = ("attn_residual.norm", "ffn_residual.norm")
+DECODER_NORMS = ("self_attn_residual.norm", "cross_attn_residual.norm", "ffn_residual.norm")
 
 
 def _load_encoder_layer(target: nn.TransformerEncoderLayer, block: nn.Module, owner: str) -> None:
@@ -310,6 +346,9 @@ def pre_norm_residual(PreNormResidual: type) -> None:
     norm = _attr(wrapper, "norm", "PreNormResidual")
     _randomize_(wrapper, 3)
     wrapper.eval()
+    _expect_layer_norm(wrapper, "norm", "PreNormResidual")
+    gain, shift, eps = norm_parameters(norm)
+    eps = 1e-5 if eps is None else eps
     generator = _generator(4)
     sub_linear = nn.Linear(D_MODEL, D_MODEL)
     _randomize_(sub_linear, 5)
@@ -320,14 +359,12 @@ def pre_norm_residual(PreNormResidual: type) -> None:
     for dtype, shape in ((torch.float32, (2, 5, D_MODEL)), (torch.float64, (1, 3, D_MODEL))):
         wrapper.to(dtype)
         x = 3.0 * torch.randn(shape, generator=generator, dtype=dtype) + 1.0
-        normed = nn.functional.layer_norm(
-            x, (D_MODEL,), norm.weight.detach(), norm.bias.detach(), norm.eps
-        )
+        normed = nn.functional.layer_norm(x, (D_MODEL,), gain.detach(), shift.detach(), eps)
         expected = x + sublayer(normed)
         got = _output(wrapper(x, sublayer), "PreNormResidual")
         expect_shape(got, expected.shape, "PreNormResidual output")
         post = nn.functional.layer_norm(
-            x + sublayer(x), (D_MODEL,), norm.weight.detach(), norm.bias.detach(), norm.eps
+            x + sublayer(x), (D_MODEL,), gain.detach(), shift.detach(), eps
         )
         expect(
             not torch.allclose(got, post, atol=1e-5),
@@ -359,6 +396,25 @@ def pre_norm_residual(PreNormResidual: type) -> None:
 # --- Exercise 5.3 ---------------------------------------------------------------------------
 
 
+def _expect_encoder_block_masks(block: nn.Module) -> None:
+    """Padding plus its mask must not change the real positions: else the mask is lost."""
+    generator = _generator(25)
+    dtype = next(block.parameters()).dtype
+    x = torch.randn(1, 5, D_MODEL, generator=generator, dtype=dtype)
+    padded = torch.cat([x, 5.0 * torch.randn(1, 4, D_MODEL, generator=generator, dtype=dtype)], 1)
+    with torch.no_grad():
+        alone = _output(block(x), "EncoderBlock")
+        with_pad = _output(block(padded, _key_mask([5], 9)), "EncoderBlock")
+    if with_pad.shape == padded.shape and alone.shape == x.shape:
+        error = (with_pad[:, :5] - alone).abs().max().item()
+        expect(
+            error < 1e-6,
+            f"appending 4 masked padding positions changed the outputs of the 5 real tokens "
+            f"(by up to {error:.2g}): the mask does not reach the self-attention.",
+            "x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])",
+        )
+
+
 @exercise_check(
     "Exercise 5.3",
     "encoder block",
@@ -372,6 +428,9 @@ def encoder_block(EncoderBlock: type) -> None:
             block = EncoderBlock(D_MODEL, HEADS, D_FF).to(dtype)
             _randomize_(block, 10 + seed)
             block.eval()
+            _expect_norms(block, ENCODER_NORMS, "EncoderBlock")
+            if seed == 0:
+                _expect_encoder_block_masks(block)
             reference = _torch_encoder_layer(dtype)
             _load_encoder_layer(reference, block, "EncoderBlock")
             generator = _generator(20 + seed)
@@ -507,6 +566,39 @@ def encoder(Encoder: type) -> None:
 # --- Exercise 5.5 ---------------------------------------------------------------------------
 
 
+def _expect_decoder_block_properties(block: nn.Module) -> None:
+    """Causality and the use of the memory, named before any comparison with PyTorch."""
+    generator = _generator(85)
+    dtype = next(block.parameters()).dtype
+    x = torch.randn(2, 6, D_MODEL, generator=generator, dtype=dtype)
+    memory = torch.randn(2, 5, D_MODEL, generator=generator, dtype=dtype)
+    causal = ~_future_blocked(6)[None]
+    changed = x.clone()  # new random values: a constant shift would vanish in LayerNorm
+    changed[:, 4:] = torch.randn(2, 2, D_MODEL, generator=generator, dtype=dtype)
+    with torch.no_grad():
+        base = _output(block(x, memory, causal), "DecoderBlock")
+        later = _output(block(changed, memory, causal), "DecoderBlock")
+        other_memory = torch.randn(2, 5, D_MODEL, generator=generator, dtype=dtype)
+        other = _output(block(x, other_memory, causal), "DecoderBlock")
+    if base.shape != x.shape or later.shape != x.shape:
+        return  # the comparison with PyTorch names the shape
+    error = (later[:, :4] - base[:, :4]).abs().max().item()
+    expect(
+        error < 1e-6,
+        f"changing the target at positions 4-5 changed the outputs at positions 0-3 (by up to "
+        f"{error:.2g}): a future token is visible, so the causal mask (tgt_mask) is not applied "
+        "in the self-attention.",
+        "self.self_attn(h, h, h, tgt_mask)",
+    )
+    expect(
+        other.shape == base.shape and not torch.allclose(other, base, atol=1e-6),
+        "changing the encoder memory did not change the output: the cross-attention is not "
+        "fed the memory.",
+        "Cross-attention: queries from the decoder, keys and values from `memory`: "
+        "self.cross_attn(h, memory, memory, memory_mask).",
+    )
+
+
 @exercise_check(
     "Exercise 5.5",
     "decoder block",
@@ -520,6 +612,9 @@ def decoder_block(DecoderBlock: type) -> None:
             block = DecoderBlock(D_MODEL, HEADS, D_FF).to(dtype)
             _randomize_(block, 70 + seed)
             block.eval()
+            _expect_norms(block, DECODER_NORMS, "DecoderBlock")
+            if seed == 0:
+                _expect_decoder_block_properties(block)
             reference = _torch_decoder_layer(dtype)
             _load_decoder_layer(reference, block, "DecoderBlock")
             generator = _generator(80 + seed)
@@ -589,6 +684,38 @@ def _torch_decoder(dtype: torch.dtype) -> nn.TransformerDecoder:
     ).train()
 
 
+def _expect_decoder_properties(
+    model: nn.Module, reference: nn.TransformerDecoder, weight: torch.Tensor, pad_id: int
+) -> None:
+    """Causality end to end, then a missing final norm, named before the full comparison."""
+    ids = _ids([7], 7, pad_id, seed=125)
+    later = _change_tokens(ids, 4, pad_id=pad_id, vocab=VOCAB)
+    dtype = weight.dtype
+    memory = torch.randn(1, 4, D_MODEL, generator=_generator(126), dtype=dtype)
+    with torch.no_grad():
+        base = _output(model(ids, memory), "Decoder")
+        changed = _output(model(later, memory), "Decoder")
+        if base.shape != (1, 7, D_MODEL) or changed.shape != base.shape:
+            return
+        error = (changed[:, :4] - base[:, :4]).abs().max().item()
+        expect(
+            error < 1e-6,
+            f"changing target tokens 4-6 changed the outputs at positions 0-3 (by up to "
+            f"{error:.2g}): a future token is visible, so the causal mask is not applied.",
+            "tgt_mask = make_padding_mask(tgt_ids, pad_id) & make_causal_mask(L, device), "
+            "given to every block.",
+        )
+        hidden = _embed(weight, ids)
+        for layer in reference.layers:
+            hidden = layer(hidden, memory, tgt_mask=_future_blocked(7))
+        expect(
+            not torch.allclose(base, hidden, **STACK_TOLERANCE[dtype]),
+            "the output is the last block's output without the final LayerNorm: self.norm is "
+            "missing after the blocks.",
+            "return self.norm(x) after the loop over the blocks (pre-LN stacks end with a norm).",
+        )
+
+
 @exercise_check(
     "Exercise 5.6",
     "decoder",
@@ -604,6 +731,8 @@ def decoder(Decoder: type) -> None:
                 Decoder, "Decoder", reference, _load_decoder_layer, pad_id, dtype, 90 + seed
             )
             generator = _generator(100 + seed)
+            if seed == 0:
+                _expect_decoder_properties(model, reference, weight, pad_id)
             for tgt_lengths, lt, mem_lengths, ls in (([6, 2], 6, [4, 7], 7), ([5], 5, [3], 3)):
                 ids = _ids(tgt_lengths, lt, pad_id, seed=110 + seed)
                 memory = torch.randn(
