@@ -114,8 +114,10 @@ def test_attention_nan_to_num_after_softmax_passes():
     def nan_to_num_attention(q, k, v, mask=None):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else (
-                scores + mask
+            scores = (
+                scores.masked_fill(~mask, float("-inf"))
+                if mask.dtype == torch.bool
+                else (scores + mask)
             )
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         return weights @ v, weights
