@@ -596,9 +596,12 @@ def with_annotated_norms(cls: type, paths: tuple[str, ...], norm: type = Annotat
 
 
 D_MODEL_TEST = check.D_MODEL
+DECODER_NORMS = ("self_attn_residual.norm", "cross_attn_residual.norm", "ffn_residual.norm")
 ResidualAnnotatedNorm = with_annotated_norms(PreNormResidual, ("norm",))
-EncoderBlockAnnotatedNorm = with_annotated_norms(EncoderBlock, check.ENCODER_NORMS)
-DecoderBlockAnnotatedNorm = with_annotated_norms(DecoderBlock, check.DECODER_NORMS)
+EncoderBlockAnnotatedNorm = with_annotated_norms(
+    EncoderBlock, ("attn_residual.norm", "ffn_residual.norm")
+)
+DecoderBlockAnnotatedNorm = with_annotated_norms(DecoderBlock, DECODER_NORMS)
 
 
 CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
@@ -812,7 +815,9 @@ def test_annotated_transformer_norm_is_named(name, variant):
 
 
 def test_exact_hand_written_layer_norm_passes():
-    variant = with_annotated_norms(EncoderBlock, check.ENCODER_NORMS, ExactHandWrittenLayerNorm)
+    variant = with_annotated_norms(
+        EncoderBlock, ("attn_residual.norm", "ffn_residual.norm"), ExactHandWrittenLayerNorm
+    )
     result = check.encoder_block(variant, raise_on_failure=False)
     assert result.status == PASSED, result.report()
 
