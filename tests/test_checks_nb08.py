@@ -525,3 +525,213 @@ def test_checks_are_fast():
         start = time.process_time()
         run(impl, raise_on_failure=False)
         assert time.process_time() - start < 5.0, run.__name__
+
+
+# ---------------------------------------------------------------------------------------
+# Exercises 8.6 and 8.7: intent means, shared covariance, Mahalanobis scores
+# ---------------------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402 - this section's own imports
+from sklearn.covariance import EmpiricalCovariance  # noqa: E402
+
+
+def gaussians(features, labels):
+    """The notebook's solution: class means, then sklearn's covariance of the centred rows."""
+    means = torch.stack([features[labels == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
+    centred = (features - means[labels]).numpy()
+    precision = EmpiricalCovariance(assume_centered=True).fit(centred).precision_
+    return means, torch.as_tensor(precision, dtype=features.dtype)
+
+
+def gaussians_per_class_average(features, labels):
+    means, _ = gaussians(features, labels)
+    covs = [torch.cov((features[labels == c]).T, correction=0) for c in range(len(means))]
+    return means, torch.linalg.inv(torch.stack(covs).mean(dim=0))
+
+
+def gaussians_per_class(features, labels):
+    means, _ = gaussians(features, labels)
+    covs = [torch.cov((features[labels == c]).T, correction=0) for c in range(len(means))]
+    return means, torch.linalg.inv(torch.stack(covs))  # (C, D, D): one per class
+
+
+def gaussians_not_inverted(features, labels):
+    means, precision = gaussians(features, labels)
+    return means, torch.linalg.inv(precision)
+
+
+def gaussians_overall_mean(features, labels):
+    means, _ = gaussians(features, labels)
+    return means, torch.linalg.inv(torch.cov(features.T, correction=0))
+
+
+def gaussians_unbiased(features, labels):
+    means = torch.stack([features[labels == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
+    return means, torch.linalg.inv(torch.cov((features - means[labels]).T))  # divides by N - 1
+
+
+def gaussians_ledoit_wolf(features, labels):
+    from sklearn.covariance import LedoitWolf
+
+    means, _ = gaussians(features, labels)
+    centred = (features - means[labels]).numpy()
+    return means, torch.as_tensor(LedoitWolf(assume_centered=True).fit(centred).precision_)
+
+
+VALIDATION_SPLIT = check.gaussian_case(321)  # stands for the notebook's validation vectors
+
+
+def gaussians_on_validation(features, labels):
+    return gaussians(*VALIDATION_SPLIT)
+
+
+def gaussians_in_place(features, labels):
+    result = gaussians(features, labels)
+    features -= features.mean(dim=0)
+    return result
+
+
+def scores(features, means, precision):
+    """The notebook's solution: all (row, class) squared distances, the smallest per row."""
+    diff = features.unsqueeze(1) - means.unsqueeze(0)  # (N, C, D)
+    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).amin(dim=1)
+
+
+def scores_sqrt(features, means, precision):
+    return scores(features, means, precision).sqrt()
+
+
+def scores_euclidean(features, means, precision):
+    return scores(features, means, torch.eye(len(precision), dtype=precision.dtype))
+
+
+def scores_inverted_again(features, means, precision):
+    return scores(features, means, torch.linalg.inv(precision))
+
+
+def scores_overall_mean(features, means, precision):
+    return scores(features, means.mean(dim=0, keepdim=True), precision)
+
+
+def scores_largest(features, means, precision):
+    diff = features.unsqueeze(1) - means.unsqueeze(0)
+    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).amax(dim=1)
+
+
+def scores_average(features, means, precision):
+    diff = features.unsqueeze(1) - means.unsqueeze(0)
+    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).mean(dim=1)
+
+
+def scores_all_classes(features, means, precision):
+    diff = features.unsqueeze(1) - means.unsqueeze(0)
+    return torch.einsum("ncd,de,nce->nc", diff, precision, diff)  # (N, C), no minimum
+
+
+def scores_nearest_euclidean_mean(features, means, precision):
+    nearest = torch.cdist(features, means).argmin(dim=1)  # the class chosen without the precision
+    diff = features - means[nearest]
+    return torch.einsum("nd,de,ne->n", diff, precision, diff)
+
+
+def scores_numpy(features, means, precision):
+    return scores(features, means, precision).numpy()
+
+
+def scores_in_place(features, means, precision):
+    result = scores(features, means, precision)
+    features.mul_(2)
+    return result
+
+
+def test_gaussian_case_classes_differ():
+    """Per-class covariances are really different and the classes really unbalanced."""
+    features, labels = check.gaussian_case(0)
+    covs = [torch.cov(features[labels == c].T) for c in range(4)]
+    assert (covs[3].trace() / covs[0].trace()) > 4
+    assert len(set(torch.bincount(labels).tolist())) == 4
+
+
+def test_gaussians_reference_passes():
+    assert check.fit_gaussians(gaussians, raise_on_failure=False).status == PASSED
+
+
+def test_gaussians_torch_only_passes():
+    assert check.fit_gaussians(check.reference_fit_gaussians, raise_on_failure=False).status == PASSED
+
+
+def test_gaussians_stub_not_implemented():
+    assert check.fit_gaussians(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        gaussians_per_class_average,
+        gaussians_per_class,
+        gaussians_not_inverted,
+        gaussians_overall_mean,
+        gaussians_unbiased,
+        gaussians_ledoit_wolf,
+        gaussians_on_validation,
+        gaussians_in_place,
+        lambda features, labels: gaussians(features, labels)[1],
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_gaussians_wrong_rejected(wrong):
+    result = check.fit_gaussians(wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+def test_scores_reference_passes():
+    assert check.mahalanobis_scores(scores, raise_on_failure=False).status == PASSED
+
+
+def test_scores_numpy_passes():
+    assert check.mahalanobis_scores(scores_numpy, raise_on_failure=False).status == PASSED
+
+
+def test_scores_stub_not_implemented():
+    assert check.mahalanobis_scores(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+
+
+def test_scores_agree_with_notebook_pipeline():
+    """Reference scores equal sklearn's own squared Mahalanobis distance to the nearest mean."""
+    features, labels = check.gaussian_case(4)
+    means, precision = check.reference_fit_gaussians(features, labels)
+    centred = (features - means[labels]).numpy()
+    estimator = EmpiricalCovariance(assume_centered=True).fit(centred)
+    queries = features[:7]
+    sklearn_scores = np.min([estimator.mahalanobis((queries - m).numpy()) for m in means], axis=0)
+    ours = check.reference_mahalanobis_scores(queries, means, precision)
+    assert np.allclose(ours.numpy(), sklearn_scores, rtol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        scores_sqrt,
+        scores_euclidean,
+        scores_inverted_again,
+        scores_overall_mean,
+        scores_largest,
+        scores_average,
+        scores_all_classes,
+        scores_nearest_euclidean_mean,
+        scores_in_place,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_scores_wrong_rejected(wrong):
+    result = check.mahalanobis_scores(wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+def test_mahalanobis_checks_are_fast():
+    import time
+
+    for run, impl in [(check.fit_gaussians, gaussians), (check.mahalanobis_scores, scores)]:
+        start = time.process_time()
+        run(impl, raise_on_failure=False)
+        assert time.process_time() - start < 5.0, run.__name__

@@ -508,3 +508,142 @@ def choose_threshold(student_fn: Callable[..., Any]) -> None:
         "max_drop=0.03",
         hint="With candidates=None, try 0.00, 0.01, ..., 1.00 (e.g. torch.linspace(0, 1, 101)).",
     )
+
+
+# ----------------------------------------------------------------------------------------
+# Exercises 8.6 and 8.7: Mahalanobis distance to the intent means
+# ----------------------------------------------------------------------------------------
+#
+# ``fit_gaussians``: two synthetic training sets (a function that reads other data than it
+# is given, e.g. the validation or test vectors, cannot match both), with unequal class
+# sizes and unequal class covariances, so that per-class covariances (or their average),
+# the covariance around the overall mean, a covariance not inverted and the N - 1 divisor
+# all give other numbers; the inputs must stay unchanged.
+# ``mahalanobis_scores``: compared with a per-row loop of the definition, the smallest
+# *squared* distance: a square root, the Euclidean distance (precision ignored), the
+# precision inverted once more, the distance to the overall mean, the largest or the average
+# distance over the classes all give other numbers.
+
+GAUSSIAN_SIZES = (30, 70, 45, 120)  # unequal on purpose: per-class averages differ from pooling
+
+
+def gaussian_case(seed: int, dim: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic sentence vectors (N, dim) float64 and their class labels (N,), classes
+    0..3 of unequal sizes, each with its own mean and its own covariance, rows shuffled."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, labels = [], []
+    for c, size in enumerate(GAUSSIAN_SIZES):
+        mean = torch.randn(dim, generator=generator, dtype=torch.float64) * 4
+        mix = torch.randn(dim, dim, generator=generator, dtype=torch.float64) * (0.4 + 0.5 * c)
+        rows.append(mean + torch.randn(size, dim, generator=generator, dtype=torch.float64) @ mix)
+        labels.append(torch.full((size,), c))
+    order = torch.randperm(sum(GAUSSIAN_SIZES), generator=generator)
+    return torch.cat(rows)[order], torch.cat(labels)[order]
+
+
+def reference_fit_gaussians(features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Class means (C, D) and the inverse (D, D) of the shared covariance: the average over
+    all N rows of (x - mean of its class)(x - mean of its class)^T (divided by N)."""
+    x = features.double()
+    means = torch.stack([x[labels == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
+    centred = x - means[labels]
+    return means, torch.linalg.inv(centred.T @ centred / len(x))
+
+
+def reference_mahalanobis_scores(
+    features: torch.Tensor, means: torch.Tensor, precision: torch.Tensor
+) -> torch.Tensor:
+    """Smallest squared Mahalanobis distance of each row to the means, written as a loop."""
+    scores = []
+    for x in features.double():
+        scores.append(min(float((x - m) @ precision.double() @ (x - m)) for m in means.double()))
+    return torch.tensor(scores, dtype=torch.float64)
+
+
+def _as_tensor(value: Any, what: str) -> torch.Tensor:
+    """A tensor (float64) from a tensor or a NumPy array, with a clear failure otherwise."""
+    try:
+        return torch.as_tensor(value).double()
+    except (TypeError, ValueError, RuntimeError):
+        expect(False, f"{what} should be a tensor or a NumPy array, got {type(value).__name__}.")
+        raise  # not reached: expect(False, ...) raises
+
+
+@exercise_check(
+    "Exercise 8.6",
+    "intent means and shared covariance",
+    hint="Means: the average vector of each class. Covariance: subtract from every row the "
+    "mean of its own class, then average the outer products over all rows (divide by N, as "
+    "sklearn.covariance.EmpiricalCovariance(assume_centered=True) does); return its inverse.",
+)
+def fit_gaussians(student_fn: Callable[..., Any]) -> None:
+    """Two synthetic training sets; means and precision compared with the reference."""
+    for seed in (0, 1):
+        features, labels = gaussian_case(seed)
+        before = (features.clone(), labels.clone())
+        result = student_fn(features, labels)
+        expect(
+            isinstance(result, tuple | list) and len(result) == 2,
+            f"fit_gaussians should return a pair (means, precision), got {type(result).__name__}.",
+        )
+        means, precision = (_as_tensor(r, name) for r, name in zip(result, ("means", "precision"), strict=True))
+        expected_means, expected_precision = reference_fit_gaussians(features, labels)
+        expect(
+            torch.equal(features, before[0]) and torch.equal(labels, before[1]),
+            "fit_gaussians modified its inputs.",
+        )
+        expect_shape(means, tuple(expected_means.shape), f"the means (synthetic set {seed}: 4 classes, 5 dims)")
+        expect_close(means, expected_means, f"the class means (synthetic set {seed})", atol=1e-6, rtol=1e-6,
+                     hint="One mean per class (0 .. labels.max()), over the rows of that class, "
+                     "from the features you are given (the training vectors).")
+        expect_shape(precision, tuple(expected_precision.shape),
+                     f"the precision matrix (synthetic set {seed}): ONE shared (D, D) matrix",
+                     hint="Pool all classes into one covariance (each row minus its own class "
+                     "mean), not one covariance per class.")
+        expect_close(
+            precision,
+            expected_precision,
+            f"the precision matrix (synthetic set {seed}, classes of sizes {GAUSSIAN_SIZES})",
+            atol=1e-6,
+            rtol=1e-5,
+            hint="The inverse of ONE covariance shared by all classes: the average over all N "
+            "rows of (x - its class mean)(x - its class mean)^T, divided by N (not N - 1, not "
+            "an average of per-class covariances, not around the overall mean). Use only the "
+            "training vectors you are given.",
+        )
+
+
+@exercise_check(
+    "Exercise 8.7",
+    "Mahalanobis scores",
+    hint="For every row x and every class mean m: (x - m) @ precision @ (x - m), the squared "
+    "distance (no square root); then the minimum over the classes.",
+)
+def mahalanobis_scores(student_fn: Callable[..., Any]) -> None:
+    """Random rows against the means and precision of a synthetic set; a batch of one."""
+    features, labels = gaussian_case(2)
+    means, precision = reference_fit_gaussians(features, labels)
+    generator = torch.Generator().manual_seed(3)
+    queries = torch.randn(40, features.shape[1], generator=generator, dtype=torch.float64) * 6
+    queries = torch.cat([queries, features[:10]])  # far points and training points
+    inputs = (queries.clone(), means.clone(), precision.clone())
+    got = _as_tensor(student_fn(queries, means, precision), "the scores")
+    expect(
+        all(torch.equal(a, b) for a, b in zip(inputs, (queries, means, precision), strict=True)),
+        "mahalanobis_scores modified its inputs.",
+    )
+    expected = reference_mahalanobis_scores(queries, means, precision)
+    expect_shape(got, (len(queries),), "the scores: one number per row (the smallest over the classes)")
+    expect_close(
+        got,
+        expected,
+        "the smallest squared Mahalanobis distance of each row",
+        atol=1e-6,
+        rtol=1e-6,
+        hint="Use the precision matrix as it is given (it is already the inverse covariance); "
+        "distances to every class mean, not to their average; the squared distance, no "
+        "square root; the minimum over the classes.",
+    )
+    one = _as_tensor(student_fn(queries[:1].float(), means.float(), precision.float()), "the scores")
+    expect_shape(one, (1,), "the scores of a batch of one row (float32 inputs)")
+    expect_close(one, expected[:1], "the score of a batch of one row (float32 inputs)", atol=1e-2, rtol=1e-4)
