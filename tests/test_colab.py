@@ -36,7 +36,15 @@ from nbclient.exceptions import CellExecutionError
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_MARK = "# Setup (the same cell opens every notebook)"
 # What a Colab runtime already has, at the course's pins (torch first: it is the big one).
-COLAB_PREINSTALLED = ["torch", "numpy", "matplotlib", "scikit-learn", "tqdm", "ipykernel"]
+COLAB_PREINSTALLED = [
+    "torch",
+    "numpy",
+    "matplotlib",
+    "scikit-learn",
+    "tqdm",
+    "ipykernel",
+    "ipywidgets",
+]
 STAND_IN = 'import sys, types\nsys.modules["google.colab"] = types.ModuleType("google.colab")'
 
 
@@ -226,7 +234,8 @@ def test_colab_session(monkeypatch, tmp_path):
         report = outputs_text(nb.cells[-1])
         assert f"course from {clone}/course/__init__.py" in report
         assert f"torch {pins['torch']}" in report  # requirements-colab.txt left torch alone
-        print(f"notebook {name}: {report.splitlines()[1]}")
+        versions = next(line for line in report.splitlines() if line.startswith("python "))
+        print(f"notebook {name}: {versions}")
         loads = [c for c in nb.cells if "data.load_sst2()" in c.source]
         if loads:
             print(f"notebook {name}: {outputs_text(loads[0]).strip().splitlines()[0]}")
