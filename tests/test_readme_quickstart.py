@@ -35,7 +35,7 @@ def test_student_time_column_repeats_the_notebook_headers():
 
 def test_quick_start_clones_the_repository():
     quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    assert re.search(r"^git clone https://github\.com/[\w.-]+/[\w.-]+\.git$", quick, re.M)
+    assert re.search(r"^git clone https://github\.com/[\w.-]+/[\w.-]+\.git course\ncd course$", quick, re.M)
     for promise in ("make setup TORCH=cpu", "make lab DIR=solutions", "LAB_ARGS", "make test"):
         assert promise in quick
 
