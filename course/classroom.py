@@ -171,8 +171,8 @@ def _feedback_item(r: ExerciseResult, points: dict[str, float]) -> list[str]:
     """One exercise in the feedback: status, points and the check's own message."""
     head = f"- **Exercise {r.exercise}** ({r.status}, {points_of(r, points):g} of "
     head += f"{points.get(r.exercise, 1.0):g}):"
-    body = [f"  {x}" for x in r.message.strip().splitlines()]
-    return [head, "", "  ```text", *body, "  ```", ""]
+    body = [f"  > {x}" for x in r.message.strip().splitlines()]
+    return [head, *body, ""]
 
 
 def grade_class(
