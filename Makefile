@@ -62,8 +62,8 @@ badges: setup ## Point the Colab badges at another repository: make badges REPO=
 	@test -n "$(REPO)" || { echo "usage: make badges REPO=owner/name"; exit 1; }
 	$(BIN)/python -m course.nbtools badges --repo $(REPO)
 
-progress: setup ## Your progress: a table of every exercise (DIR=notebooks by default)
-	$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),1)
+progress: setup ## Your progress: a table of every exercise (DIR=notebooks, JOBS=2 by default)
+	$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),2)
 
 grade: setup ## Grade a class: make grade SUBMISSIONS=dir OUT=dir [JOBS=2] [POINTS=points.json]
 	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [POINTS=file.json]"; exit 1; }
