@@ -85,7 +85,7 @@ lab:
 \t$(BIN)/jupyter lab --notebook-dir=notebooks
 
 progress:
-\t$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks)
+\t$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),2)
 
 test:
 \t$(BIN)/python -m pytest tests -q
