@@ -189,7 +189,7 @@ def grade_class(
     templates = notebook_paths(templates_dir)
     points = load_points(points_file)
     columns = [exercise for _, exercise in all_exercises(templates)]
-    students = sorted(p for p in submissions.iterdir() if not p.name.startswith("."))
+    students = sorted(p for p in submissions.iterdir() if not p.name.startswith((".", "__")))
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     # Parallelism over students, then over each student's notebooks.
     per_student = max(1, jobs // max(1, len(students))) if len(students) < jobs else 1
@@ -217,10 +217,10 @@ def grade_class(
         for student, results in graded.items():
             by_id = {r.exercise: points_of(r, points) for r in results}
             row = [by_id.get(c, 0.0) for c in columns]
-            writer.writerow([student.stem, *[f"{x:g}" for x in row], f"{sum(row):g}"])
-            text = feedback(student.stem, results, points)
-            (out / "feedback" / f"{student.stem}.md").write_text(text, encoding="utf-8")
-    return {student.stem: results for student, results in graded.items()}
+            writer.writerow([student.name, *[f"{x:g}" for x in row], f"{sum(row):g}"])
+            text = feedback(student.name, results, points)
+            (out / "feedback" / f"{student.name}.md").write_text(text, encoding="utf-8")
+    return {student.name: results for student, results in graded.items()}
 
 
 # --- Gradescope ----------------------------------------------------------------------------

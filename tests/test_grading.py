@@ -217,7 +217,7 @@ def graded_class(tmp_path_factory):
 
 def test_class_grades_csv_has_every_exercise_and_a_total(graded_class):
     rows = graded_class["rows"]
-    assert set(rows) == {"ada", "bob", "cleo", "dan", "eve", "fay", "gus"}
+    assert set(rows) == {"ada", "bob", "cleo", "dan", "eve", "fay", "gus.zip"}
     columns = list(next(iter(rows.values())))
     expected = [
         ex for _, ex in classroom.all_exercises(classroom.notebook_paths(ROOT / "notebooks"))
@@ -242,7 +242,7 @@ def test_deleted_check_cell_is_put_back(graded_class):
 def test_non_notebook_gives_an_error_row(graded_class):
     bob = graded_class["results"]["bob"]
     assert bob["1.1"].status == grading.ERROR and "not a readable notebook" in bob["1.1"].message
-    gus = graded_class["results"]["gus"]
+    gus = graded_class["results"]["gus.zip"]
     assert all(r.status == grading.ERROR for r in gus.values())
     assert graded_class["results"]["ada"]["1.1"].status == grading.MISSING
 
