@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed$(if $(TORCH),-torch-$(TORCH))
 REPO   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab check check-samples test lint solutions exercises data badges progress grade release gradescope clean
+.PHONY: help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade release gradescope clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,7 +36,10 @@ lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_
 check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
 	$(BIN)/python -m course.nbtools check
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
-	$(BIN)/python -m pytest tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
+	$(BIN)/python -m pytest tests solutions -m "not slow" --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
+
+check-grading: setup ## The slow end-to-end grading tests: whole submissions graded, progress on full notebooks
+	$(BIN)/python -m pytest tests -m slow -p no:cacheprovider
 
 check-samples: setup ## Run notebooks 06-08 as a laptop with no network and no data would: on the bundled samples
 	env -u COURSE_DATA_MIRROR COURSE_OFFLINE=1 HF_HUB_OFFLINE=1 COURSE_DATA_DIR="$$(mktemp -d)" \
@@ -44,7 +47,7 @@ check-samples: setup ## Run notebooks 06-08 as a laptop with no network and no d
 	  --nbval-lax --nbval-current-env -p no:cacheprovider
 
 test: setup ## Only the fast tests (no notebooks)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -m "not slow"
 
 lint: setup ## Lint the package, the tests and the notebooks with ruff
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
