@@ -100,10 +100,8 @@ def relative_paths(notebook: nbformat.NotebookNode) -> None:
 
 
 def kernel_environment() -> dict[str, str]:
-    """The environment the kernel inherits: inline figures, passive OpenMP threads."""
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return env
+    """The environment the kernel inherits: this one, less MPLBACKEND (figures inline)."""
+    return {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
 
 
 SAMPLE_DATA_MARKER = "USING THE SMALL SAMPLE DATA"  # what course.data prints on the samples
