@@ -125,9 +125,9 @@ def refresh(path: Path, allow_samples: bool = False) -> float:
         resources={"metadata": {"path": str(path.parent)}},
         store_widget_state=True,
     )
-    saved = dict(os.environ)
+    saved, kernel_env = dict(os.environ), kernel_environment()
     os.environ.clear()
-    os.environ.update(kernel_environment())
+    os.environ.update(kernel_env)
     start = time.perf_counter()
     try:
         client.execute()

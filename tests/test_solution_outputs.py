@@ -112,3 +112,18 @@ def test_the_checks_can_fail() -> None:
     assert _draws("fig = viz.heatmap(table)\nplt.show()")
     assert _draws("for k in range(2):\n    viz.heatmap(tables[k])")
     assert not _draws("def plot(table):\n    viz.heatmap(table)\n    plt.show()")
+
+
+def test_refresh_runs_the_kernel_in_this_environment(tmp_path: Path, monkeypatch) -> None:
+    """The kernel sees our variables (data mirror, offline flags) but never MPLBACKEND."""
+    import nbformat
+
+    from course.refresh import refresh
+
+    monkeypatch.setenv("COURSE_TEST_MARKER", "seen")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    code = "import os; print(os.environ.get('COURSE_TEST_MARKER'), os.environ.get('MPLBACKEND'))"
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), path)
+    refresh(path)
+    assert nbformat.read(path, as_version=4).cells[0].outputs[0]["text"] == "seen None\n"
