@@ -124,6 +124,7 @@ def refresh(path: Path, allow_samples: bool = False) -> float:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         store_widget_state=True,
+        record_timing=False,  # per-cell timestamps would churn every diff (and the exercises)
     )
     saved, kernel_env = dict(os.environ), kernel_environment()
     os.environ.clear()
