@@ -12,7 +12,7 @@ from torch import nn
 from collections.abc import Callable
 from collections.abc import Iterator
 import time
-from tqdm.auto import tqdm
+from tqdm.auto import tqdm  # noqa: F811 - course/nn.py needs its own import
 
 
 # --- from solutions/01_tokens.ipynb ---
