@@ -7,3 +7,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# Example student submissions (one deliberately not a notebook): data for the grading tests,
+# never tests themselves, even when nbval collects notebooks (`make check`).
+collect_ignore_glob = ["fixtures/*"]
