@@ -301,7 +301,7 @@ def graded_full(tmp_path_factory):
 @pytest.mark.slow
 def test_solutions_score_every_exercise(graded_full):
     results = graded_full["solutions"]
-    assert [r.exercise for r in results if not r.passed] == []
+    assert [(r.exercise, r.status, r.message) for r in results if not r.passed] == []
     assert len(results) == len(
         classroom.all_exercises(classroom.notebook_paths(ROOT / "notebooks"))
     )
