@@ -21,7 +21,7 @@ from course.budgets import NOTEBOOK_BUDGET_S
 # a busy machine can take longer to deliver them, and the cell then fails spuriously.
 OUTPUT_TIMEOUT_S = 120
 
-from course.refresh import SAMPLE_DATA_MARKER  # noqa: E402 - printed by course.data on the samples
+from course.data import SAMPLE_DATA_MARKER  # noqa: E402
 
 _seconds: dict[str, float] = defaultdict(float)
 _failed: set[str] = set()

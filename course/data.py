@@ -90,6 +90,10 @@ _EWT_URL = f"https://raw.githubusercontent.com/UniversalDependencies/UD_English-
 _SST2_ZIP_URL = "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
 
 
+# The words the sample fallback prints; `make check` and `make solutions` look for them.
+SAMPLE_DATA_MARKER = "USING THE SMALL SAMPLE DATA"
+
+
 class DataError(Exception):
     """A data file is present but wrong (truncated, corrupt, unexpected content)."""
 
@@ -647,7 +651,7 @@ def _from_samples(spec: _Spec) -> tuple[DatasetDict, str]:
             f"samples in {folder}. Run `make data` or set COURSE_DATA_MIRROR."
         )
     message = (
-        f"{spec.title}: USING THE SMALL SAMPLE DATA in {_shown(folder)} (no prepared copy, no "
+        f"{spec.title}: {SAMPLE_DATA_MARKER} in {_shown(folder)} (no prepared copy, no "
         "COURSE_DATA_MIRROR, no download): results won't be meaningful. Get the real data "
         "with `make data` (online) or set COURSE_DATA_MIRROR to a mirror folder."
     )

@@ -29,6 +29,7 @@ from typing import Any
 import nbformat
 from nbclient import NotebookClient
 
+from course.data import SAMPLE_DATA_MARKER
 from course.nbtools import SOLUTIONS
 
 ROOT = SOLUTIONS.parent
@@ -102,9 +103,6 @@ def relative_paths(notebook: nbformat.NotebookNode) -> None:
 def kernel_environment() -> dict[str, str]:
     """The environment the kernel inherits: this one, less MPLBACKEND (figures inline)."""
     return {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-
-
-SAMPLE_DATA_MARKER = "USING THE SMALL SAMPLE DATA"  # what course.data prints on the samples
 
 
 class SamplesUsed(RuntimeError):

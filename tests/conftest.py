@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("COURSE_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -11,3 +13,16 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Example student submissions (one deliberately not a notebook): data for the grading tests,
 # never tests themselves, even when nbval collects notebooks (`make check`).
 collect_ignore_glob = ["fixtures/*"]
+
+
+@pytest.fixture
+def fresh_models(monkeypatch):
+    """Offline, no COURSE_MODEL, nothing cached, no remembered Hub decisions (course.models)."""
+    from course import models
+
+    monkeypatch.setenv("COURSE_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("COURSE_MODEL", raising=False)
+    monkeypatch.setattr(models, "_hub_state", {})
+    monkeypatch.setattr(models, "_hub_tokenizers", set())
+    monkeypatch.setattr(models, "is_cached", lambda name: False)  # same result on any machine

@@ -261,6 +261,7 @@ def test_samples_only_when_nothing_real(capsys):
         sst2 = data.load_sst2()
     out, err = capsys.readouterr()
     assert "SST-2 from SAMPLES" in out and "make data" in err
+    assert data.SAMPLE_DATA_MARKER in err  # what `make check` and `make solutions` look for
     assert set(sst2["train"]["label"]) == {0, 1}
 
 

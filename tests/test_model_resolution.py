@@ -26,15 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NB06 = ROOT / "solutions" / "06_bert_finetuning.ipynb"
 
 
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch):
-    """Each test starts with no remembered decisions and no COURSE_MODEL; offline by default."""
-    monkeypatch.setenv("COURSE_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("COURSE_MODEL", raising=False)
-    monkeypatch.setattr(models, "_hub_state", {})
-    monkeypatch.setattr(models, "_hub_tokenizers", set())
-    monkeypatch.setattr(models, "is_cached", lambda name: False)
+# Each test starts with no remembered decisions and no COURSE_MODEL, offline (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_models")
 
 
 def online(monkeypatch, endpoint: str) -> None:

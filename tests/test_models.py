@@ -7,16 +7,8 @@ import torch
 
 from course import models
 
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    """No test may reach the Hub; each starts with no remembered Hub fallbacks."""
-    monkeypatch.setenv("COURSE_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("COURSE_MODEL", raising=False)
-    monkeypatch.setattr(models, "_hub_state", {})
-    monkeypatch.setattr(models, "_hub_tokenizers", set())
-    monkeypatch.setattr(models, "is_cached", lambda name: False)  # same result on any machine
+# No test may reach the Hub; each starts with no remembered Hub fallbacks (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_models")
 
 
 @pytest.fixture(scope="module")
