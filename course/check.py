@@ -26,6 +26,8 @@ Writing a check::
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 import sysconfig
 import traceback
 from collections.abc import Callable, Sequence
@@ -34,7 +36,14 @@ from typing import Any
 
 import torch
 
-PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
+from course import observe as obs
+from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
+
+__all__ = [
+    "ERROR", "FAILED", "NOT_IMPLEMENTED", "PASSED", "CheckFailed", "CheckFailure", "CheckResult",
+    "exercise_check", "expect", "expect_close", "expect_equal", "expect_shape", "expect_tensor",
+    "probe", "replay", "summarise_exception",
+]
 
 
 class CheckFailure(Exception):
@@ -109,7 +118,7 @@ def _is_library(filename: str) -> bool:
     return name.startswith(_LIBRARY_DIRS) or "/site-packages/" in name
 
 
-def _summarise_exception(exc: BaseException) -> str:
+def summarise_exception(exc: BaseException) -> str:
     """`ValueError: ... (in `forward`, line 3: `x = y @ z`)` from a student's exception.
 
     The location is the student's own line: the last frame that is neither in the checker nor
@@ -131,30 +140,66 @@ def _summarise_exception(exc: BaseException) -> str:
     return f"your code raised {type(exc).__name__}: {exc}{where}"
 
 
+def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> CheckResult:
+    """Run ``body`` in the current observation session; turn how it ended into a result."""
+    exercise, title, hint = check.exercise, check.title, check.hint
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(obs.current().seed * 1_000_003 + check.seed)
+            body(*args, **kwargs)
+        return CheckResult(exercise, title, PASSED)
+    except NotImplementedError:
+        return CheckResult(exercise, title, NOT_IMPLEMENTED)
+    except CheckFailure as failure:
+        return CheckResult(exercise, title, FAILED, failure.message, failure.hint or hint)
+    except obs.StudentError as error:
+        return CheckResult(exercise, title, FAILED, error.message, hint)
+    except (obs.ReplayMismatch, obs.TouchedOutsideObserve, obs.NotPlainData) as error:
+        message = f"the check's observations did not come back whole ({error})"
+        return CheckResult(exercise, title, ERROR, message)
+    except Exception as exc:  # noqa: BLE001 - the body choked on what the student's code returned
+        return CheckResult(exercise, title, FAILED, summarise_exception(exc), hint)
+
+
+# The test suite sets this: every check call is then probed and replayed, and the trusted
+# replay must reach the same verdict and message as the student's side (tests/conftest.py).
+REPLAY_EVERYWHERE = "COURSE_CHECK_REPLAY_EVERYWHERE"
+
+
+class ReplayDisagrees(AssertionError):
+    """The trusted replay of a check reached another verdict than the probe: a bug in the check."""
+
+
+def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult:
+    probed, record = probe(check, *args, **kwargs)
+    replayed = replay(check, record, positional=len(args), keywords=tuple(kwargs))
+    if (probed.status, probed.message) != (replayed.status, replayed.message):
+        raise ReplayDisagrees(
+            f"{check.exercise}: the student's side says {probed.status} ({probed.message!r}) "
+            f"but the trusted replay says {replayed.status} ({replayed.message!r})"
+        )
+    return replayed
+
+
 def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int = 0) -> Callable:
     """Decorate a check body ``body(*student_objects)`` into a notebook-facing check.
 
-    The body runs on a fork of torch's random state seeded with ``seed``: the student's weight
-    initialisation and dropout masks are reproducible, and the notebook's own random stream is
-    left exactly as it was. The body raises :class:`CheckFailure` (usually via the ``expect*`` helpers) when something
-    is wrong. Any other exception is attributed to the student's code and summarised, with
-    ``hint`` (the exercise's general hint) appended.
+    The body touches the student's objects only through :func:`course.observe.observe`, draws
+    its inputs from :func:`course.observe.generator` and raises :class:`CheckFailure` (usually
+    via the ``expect*`` helpers) when something is wrong. It runs on a fork of torch's random
+    state seeded with ``seed``, so the notebook's own random stream is left as it was. The same
+    body runs in the notebook (``check.name(obj)``), in the student's process while grading
+    (:func:`probe`) and in the grader's trusted process (:func:`replay`).
     """
 
     def decorate(body: Callable[..., None]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
         def run(*args: Any, raise_on_failure: bool = True, **kwargs: Any) -> CheckResult | None:
-            try:
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(seed)
-                    body(*args, **kwargs)
-                result = CheckResult(exercise, title, PASSED)
-            except NotImplementedError:
-                result = CheckResult(exercise, title, NOT_IMPLEMENTED)
-            except CheckFailure as failure:
-                result = CheckResult(exercise, title, FAILED, failure.message, failure.hint or hint)
-            except Exception as exc:  # noqa: BLE001 - anything the student's code raised
-                result = CheckResult(exercise, title, FAILED, _summarise_exception(exc), hint)
+            if os.environ.get(REPLAY_EVERYWHERE) == "1":
+                result = _probe_and_replay(run, args, kwargs)
+            else:
+                with obs.session(obs.LOCAL):
+                    result = _evaluate(run, body, args, kwargs)
             if not raise_on_failure:
                 print(result.report())
                 return result
@@ -164,9 +209,46 @@ def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int
             return None  # nothing more to show in the notebook than the printed line
 
         run.exercise = exercise  # type: ignore[attr-defined]
+        run.title = title  # type: ignore[attr-defined]
+        run.hint = hint  # type: ignore[attr-defined]
+        run.seed = seed  # type: ignore[attr-defined]
+        run.body = body  # type: ignore[attr-defined]
         return run
 
     return decorate
+
+
+def probe(check: Callable, *args: Any, seed: int = 0, **kwargs: Any) -> tuple[CheckResult, bytes]:
+    """Run ``check`` on the student's objects while recording every observation.
+
+    Returns the result as the student's process sees it (for its feedback) and the record as
+    bytes for the grader. Nothing in the result is trusted: :func:`replay` decides.
+    """
+    with obs.session(obs.PROBE, seed) as state:
+        result = _evaluate(check, check.body, args, kwargs)
+        record = obs.encode(state.record)
+    return result, record
+
+
+def replay(
+    check: Callable, record: bytes, seed: int = 0, positional: int = 1, keywords: Sequence[str] = ()
+) -> CheckResult:
+    """The trusted verdict: ``check``'s body on recorded observations, student objects absent.
+
+    ``positional`` and ``keywords`` describe the check call as the *template* writes it (how
+    many positional arguments, which keyword names), never as the student's process reports.
+    """
+    try:
+        observations = obs.decode(record)
+    except Exception as error:  # noqa: BLE001 - whatever the untrusted bytes are
+        return CheckResult(
+            check.exercise, check.title, ERROR, f"the check's data could not be read ({error})"
+        )
+    names = list(inspect.signature(check.body).parameters)
+    args = tuple(obs.Absent(name) for name in names[:positional])
+    kwargs = {name: obs.Absent(name) for name in keywords}
+    with obs.session(obs.REPLAY, seed, observations):
+        return _evaluate(check, check.body, args, kwargs)
 
 
 # --- assertion helpers used by check bodies ---------------------------------------------

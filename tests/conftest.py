@@ -9,6 +9,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Every check a test calls is probed and then replayed on the trusted side, which must agree
+# (course.check.REPLAY_EVERYWHERE): a check that touches a student object outside observe(),
+# or draws inputs the replay cannot redraw, fails every test that calls it.
+os.environ["COURSE_CHECK_REPLAY_EVERYWHERE"] = "1"
 
 # Example student submissions (one deliberately not a notebook): data for the grading tests,
 # never tests themselves, even when nbval collects notebooks (`make check`).

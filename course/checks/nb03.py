@@ -21,7 +21,7 @@ from course.check import (
     expect_shape,
     expect_tensor,
 )
-from course.checks._twins import is_dropout_of, torch_attention
+from course.checks.reference import is_dropout_of, torch_attention
 
 OWNER = "MultiHeadAttention"
 

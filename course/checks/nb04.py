@@ -24,7 +24,7 @@ from course.check import (
     expect_shape,
     expect_tensor,
 )
-from course.checks._twins import is_dropout_of, sinusoid_table
+from course.checks.reference import is_dropout_of, sinusoid_table
 
 TableFn = Callable[[int, int], torch.Tensor]
 RopeFn = Callable[..., torch.Tensor]

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
-from course.checks._twins import attribute as _attr
-from course.checks._twins import load_attention, norm_parameters, sinusoid_table
-from course.checks._twins import load_linear as _load_linear
-from course.checks._twins import load_norm as _load_norm
+from course.checks.reference import attribute as _attr
+from course.checks.reference import load_attention, norm_parameters, sinusoid_table
+from course.checks.reference import load_linear as _load_linear
+from course.checks.reference import load_norm as _load_norm
 
 D_MODEL, HEADS, D_FF, LAYERS, VOCAB = 16, 4, 32, 2, 11
 TOLERANCE = {

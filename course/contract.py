@@ -1,0 +1,27 @@
+"""Names shared by the checks, the notebook generator and the grader, written once.
+
+* the statuses an exercise can end with;
+* the placeholder a written answer starts as, and the pattern of an exercise stub;
+* the modules an answer cell must not import (checks and references hold reference code).
+
+``tests/test_contract.py`` ties every user of these names to this module.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Statuses a check reports itself...
+PASSED, FAILED, NOT_IMPLEMENTED = "passed", "failed", "not implemented"
+# ...and statuses only the grader gives (the check could not report).
+ERROR, TIMEOUT, MISSING = "error", "timeout", "missing"
+CHECK_STATUSES = (PASSED, FAILED, NOT_IMPLEMENTED)
+ALL_STATUSES = (*CHECK_STATUSES, ERROR, TIMEOUT, MISSING)
+
+# The written-answer placeholder (a markdown cell) and the exercise stub (a code cell).
+ANSWER_PLACEHOLDER = "**Your answer:** *write it here.*"
+STUB_TODO = "# TODO:"
+STUB = re.compile(r"^\s*# TODO:.*\n\s*raise NotImplementedError\s*$", re.MULTILINE)
+
+# An answer cell that imports one of these is flagged and scores 0 for its exercise.
+FORBIDDEN_IN_ANSWERS = ("course.checks", "course.check", "course.observe", "course.properties")

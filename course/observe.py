@@ -1,0 +1,378 @@
+"""Observations: how a check touches the student's code, so that its verdict can run elsewhere.
+
+A check body never calls the student's objects directly. It wraps every such call in
+:func:`observe`, which returns the result as *plain data* (tensors, numbers, strings, and
+lists, tuples, dicts and sets of them). Everything else in the body (choosing inputs,
+computing the reference, comparing) is the check's own code. That split lets one body run in
+three modes:
+
+``local``   (a notebook, the tests) ``observe`` calls the student's code and returns its result.
+``probe``   (the student's process while grading) the same, and every observation is also
+            recorded; :func:`encode` turns the record into bytes (JSON + safetensors, never a
+            pickle) that the grader reads after the student's process has ended.
+``replay``  (the grader's trusted process) ``observe`` never calls anything: it returns the
+            next recorded observation. The student's objects are replaced by :class:`Absent`
+            placeholders. The grader regenerates the inputs from the same seed, computes its
+            own reference values and decides.
+
+Whatever the student's process does (patch the check, forge the record), the trusted replay
+compares the recorded data with references it computed itself: only data equal to the right
+answers passes.
+
+Inputs come from :func:`generator`, seeded from the session's seed, so that the probe and the
+replay draw the same inputs and the grader can choose another seed for a whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+LOCAL, PROBE, REPLAY = "local", "probe", "replay"
+MAX_RECORD_BYTES = 64 * 1024**2  # a probe record larger than this is refused on reading
+
+
+class NotPlainData(TypeError):
+    """A check observed a value that cannot cross a process boundary as plain data."""
+
+
+class ReplayMismatch(RuntimeError):
+    """The recorded observations do not follow the check's own sequence (missing or forged)."""
+
+
+class TouchedOutsideObserve(RuntimeError):
+    """A check body used a student object outside ``observe`` (a bug in the check)."""
+
+
+class StudentError(Exception):
+    """The student's code raised ``error_type``; ``message`` is the summary shown to them."""
+
+    def __init__(self, message: str, error_type: str = "Exception"):
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+
+
+@dataclass
+class Observation:
+    """One observation: ``kind`` is value, not_implemented, error (the student's code raised)
+    or failure (a check helper inside the observed call failed with ``message`` and ``hint``)."""
+
+    what: str
+    kind: str
+    value: Any = None
+    message: str = ""
+    hint: str | None = None
+    error_type: str = ""  # the class name of what the student's code raised
+    side_effects: list[str] = field(default_factory=list)  # global state the call changed
+
+
+@dataclass
+class Session:
+    """The mode a check body runs in, its seed and its observations."""
+
+    mode: str = LOCAL
+    seed: int = 0
+    record: list[Observation] = field(default_factory=list)
+    cursor: int = 0
+
+
+_session = Session()
+
+
+def current() -> Session:
+    return _session
+
+
+@contextlib.contextmanager
+def session(mode: str, seed: int = 0, record: list[Observation] | None = None) -> Iterator[Session]:
+    """Run a check body in ``mode``; ``record`` holds the observations to replay."""
+    global _session
+    previous, _session = _session, Session(mode, seed, list(record or []))
+    try:
+        yield _session
+    finally:
+        _session = previous
+
+
+def generator(offset: int = 0, device: str | torch.device = "cpu") -> torch.Generator:
+    """A torch generator seeded from the session seed (+ ``offset`` for an independent stream)."""
+    return torch.Generator(device=device).manual_seed(_session.seed * 1_000_003 + offset)
+
+
+# --- plain data ------------------------------------------------------------------------------
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` as plain data: tensors detached and copied to the CPU, containers rebuilt.
+
+    Raises :class:`NotPlainData` for anything else (a module, a function): a check must turn such
+    objects into data (a state dict, an output) inside the observed call.
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            raise NotPlainData("a tensor on the meta device has no data; observe its .device")
+        return value.detach().to("cpu", copy=True).contiguous()
+    if isinstance(value, torch.Size):
+        return tuple(int(v) for v in value)
+    if isinstance(value, torch.dtype | torch.device):
+        return str(value)
+    if type(value).__module__ == "numpy":
+        import numpy as np
+
+        if isinstance(value, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(value)).clone()
+        if isinstance(value, np.generic):
+            return value.item()
+    if isinstance(value, tuple | list):
+        items = [to_plain(v) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, set | frozenset):
+        return {to_plain(v) for v in value}
+    if isinstance(value, dict):
+        return {to_plain(k): to_plain(v) for k, v in value.items()}
+    raise NotPlainData(f"cannot carry a {type(value).__name__} as plain data")
+
+
+def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, torch.Tensor):
+        key = str(len(tensors))
+        tensors[key] = value
+        return {"tensor": key}
+    if isinstance(value, list | tuple):
+        return {"list" if isinstance(value, list) else "tuple": [_encode_tree(v, tensors) for v in value]}
+    if isinstance(value, set | frozenset):
+        return {"set": [_encode_tree(v, tensors) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]}
+    raise NotPlainData(f"cannot encode a {type(value).__name__}")
+
+
+_HASHABLE = (type(None), bool, int, float, str, tuple)
+
+
+def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) -> Any:
+    if depth > 64:
+        raise ValueError("observation nested too deeply")
+    if node is None or isinstance(node, bool | int | float | str):
+        return node
+    if not isinstance(node, dict) or len(node) != 1:
+        raise ValueError("malformed observation")
+    (tag, body), = node.items()
+    if tag == "float" and body in ("nan", "inf", "-inf"):
+        return float(body)
+    if tag == "tensor" and isinstance(body, str) and body in tensors:
+        return tensors[body]
+    if tag in ("list", "tuple", "set") and isinstance(body, list):
+        items = [_decode_tree(v, tensors, depth + 1) for v in body]
+        if tag == "set":
+            if not all(isinstance(v, _HASHABLE) for v in items):
+                raise ValueError("unhashable set member")
+            return set(items)
+        return tuple(items) if tag == "tuple" else items
+    if tag == "dict" and isinstance(body, list):
+        out = {}
+        for pair in body:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError("malformed dict entry")
+            key = _decode_tree(pair[0], tensors, depth + 1)
+            if not isinstance(key, _HASHABLE):
+                raise ValueError("unhashable dict key")
+            out[key] = _decode_tree(pair[1], tensors, depth + 1)
+        return out
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def encode(record: list[Observation]) -> bytes:
+    """The record as bytes: a JSON header line, then a safetensors blob of every tensor."""
+    from safetensors.torch import save
+
+    tensors: dict[str, torch.Tensor] = {}
+    rows = [
+        {
+            "what": o.what,
+            "kind": o.kind,
+            "value": _encode_tree(o.value, tensors),
+            "message": o.message,
+            "hint": o.hint,
+            "error_type": o.error_type,
+            "side_effects": o.side_effects,
+        }
+        for o in record
+    ]
+    header = json.dumps(rows).encode("utf-8")
+    blob = save({k: t.contiguous() for k, t in tensors.items()}) if tensors else b""
+    return len(header).to_bytes(8, "little") + header + blob
+
+
+def decode(data: bytes) -> list[Observation]:
+    """Inverse of :func:`encode`, for bytes written by an untrusted process: sizes checked,
+    only the plain-data tags accepted, tensors read with safetensors (no code runs)."""
+    from safetensors.torch import load
+
+    if len(data) > MAX_RECORD_BYTES or len(data) < 8:
+        raise ValueError("probe record missing, empty or too large")
+    size = int.from_bytes(data[:8], "little")
+    if size > len(data) - 8:
+        raise ValueError("probe record truncated")
+    rows = json.loads(data[8 : 8 + size].decode("utf-8"))
+    tensors = load(data[8 + size :]) if len(data) > 8 + size else {}
+    if not isinstance(rows, list):
+        raise ValueError("malformed probe record")
+    record = []
+    for row in rows:
+        if not isinstance(row, dict) or row.get("kind") not in (
+            "value",
+            "not_implemented",
+            "error",
+            "failure",
+        ):
+            raise ValueError("malformed observation row")
+        hint = row.get("hint")
+        effects = row.get("side_effects") or []
+        if not isinstance(effects, list) or not all(isinstance(e, str) for e in effects):
+            raise ValueError("malformed side effects")
+        record.append(
+            Observation(
+                what=str(row.get("what", "")),
+                kind=row["kind"],
+                value=_decode_tree(row.get("value"), tensors),
+                message=str(row.get("message", ""))[:4000],
+                hint=None if hint is None else str(hint)[:4000],
+                error_type=str(row.get("error_type", ""))[:400],
+                side_effects=[e[:100] for e in effects],
+            )
+        )
+    return record
+
+
+# --- observing -------------------------------------------------------------------------------
+
+
+class Absent:
+    """Stands for a student object in the trusted replay: touching it is a bug in the check."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def _touched(self, *args: Any, **kwargs: Any) -> Any:
+        raise TouchedOutsideObserve(
+            f"the check used the student's `{object.__getattribute__(self, '_name')}` outside "
+            "observe(); every use of a student object must happen inside an observed call"
+        )
+
+    __call__ = _touched
+
+    def __getattr__(self, name: str) -> Any:
+        self._touched()
+
+    def __repr__(self) -> str:
+        return f"<absent {object.__getattribute__(self, '_name')}>"
+
+
+def _global_state() -> dict[str, Any]:
+    return {
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "default dtype": torch.get_default_dtype(),
+    }
+
+
+_STATE_MESSAGES = {
+    "grad mode": "switched gradient tracking (torch.set_grad_enabled / no_grad) and left it so",
+    "inference mode": "left torch's inference mode switched on",
+    "default dtype": "changed torch's default dtype (torch.set_default_dtype)",
+    "random state": "drew from or reseeded torch's global random generator",
+}
+
+
+def _restore(state: dict[str, Any]) -> None:
+    torch.set_grad_enabled(state["grad mode"])
+    torch.set_default_dtype(state["default dtype"])
+
+
+def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
+    """Run ``call`` (which uses the student's objects) and return its result as plain data.
+
+    ``what`` names the observation in words ("softmax of a (4, 7) tensor"); in the replay it must
+    match the recorded one, so a record cannot be shuffled. The call runs on a fork of torch's
+    global random state seeded from the session seed and the observation's index, so the
+    student's initialisation is reproducible and the check's own random stream is the same in
+    every mode. Global state the call leaves changed (grad mode, default dtype; torch's global
+    random state unless ``random=True``, for calls that may legitimately draw from it) is
+    restored and reported as a failure naming it. ``NotImplementedError`` propagates as itself;
+    any other exception becomes :class:`StudentError` with the summary of what the student's
+    code raised.
+    """
+    from course.check import CheckFailure, summarise_exception
+
+    state = _session
+    index = state.cursor
+    state.cursor += 1
+    if state.mode == REPLAY:
+        if index >= len(state.record):
+            raise ReplayMismatch(f"no recorded observation for {what!r}")
+        observation = state.record[index]
+        if observation.what != what:
+            raise ReplayMismatch(f"expected an observation of {what!r}, found {observation.what!r}")
+        return _raise_or_return(observation)
+    before = _global_state()
+    effects: list[str] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(state.seed * 1_000_003 + 7919 * (index + 1))
+        rng_before = torch.random.get_rng_state()
+        try:
+            observation = Observation(what, "value", to_plain(call()))
+        except NotImplementedError:
+            observation = Observation(what, "not_implemented")
+        except CheckFailure as failure:
+            observation = Observation(what, "failure", message=failure.message, hint=failure.hint)
+        except (NotPlainData, TouchedOutsideObserve, ReplayMismatch):
+            raise  # a bug in the check, not in the student's code
+        except Exception as exc:  # noqa: BLE001 - whatever the student's code raised
+            observation = Observation(
+                what, "error", message=summarise_exception(exc),
+                error_type=",".join(c.__name__ for c in type(exc).__mro__),
+            )
+        if not random and not torch.equal(torch.random.get_rng_state(), rng_before):
+            effects.append("random state")
+    after = _global_state()
+    effects = [name for name in before if after[name] != before[name]] + effects
+    if after != before:
+        _restore(before)
+    observation.side_effects = effects
+    if state.mode == PROBE:
+        state.record.append(observation)
+    return _raise_or_return(observation)
+
+
+def _raise_or_return(observation: Observation) -> Any:
+    from course.check import CheckFailure
+
+    if observation.side_effects:
+        changed = "; ".join(_STATE_MESSAGES.get(e, e) for e in observation.side_effects)
+        raise CheckFailure(
+            f"{observation.what}: your code {changed}. A function must leave global state as it "
+            "found it (the property violated: global state unchanged).",
+            "Use context managers (`with torch.no_grad():`) rather than global switches, and "
+            "draw random numbers only where the exercise asks for randomness.",
+        )
+    if observation.kind == "not_implemented":
+        raise NotImplementedError
+    if observation.kind == "failure":
+        raise CheckFailure(observation.message, observation.hint)
+    if observation.kind == "error":
+        raise StudentError(observation.message, observation.error_type or "Exception")
+    return observation.value

@@ -1,0 +1,237 @@
+"""The properties every right answer has, written once and used by every check they apply to.
+
+Each helper observes the student's code through :func:`course.observe.observe` (so the verdict
+can be replayed where the student's code never runs) and fails with a message that names the
+property violated:
+
+* **inputs untouched**  :func:`call` compares every argument before and after the call;
+* **global state unchanged**  every observation (see :func:`course.observe.observe`);
+* **device**  :func:`on_meta` runs code on tensors of the ``meta`` device, which exists on every
+  machine: a tensor created without ``device=`` lands on the CPU and mixing it fails;
+* **training and eval mode**  :func:`modes` reads every sub-module's ``training`` flag;
+* **gradients**  :func:`gradients` backpropagates a fixed random weighting of the output;
+* **numeric range**  :func:`large_scores` draws scores in the hundreds and thousands;
+* **the exception the contract states**  :func:`expect_raises`.
+
+Inputs come from :func:`generator` (re-exported from :mod:`course.observe`); reference modules
+that need torch's global generator are built under :func:`seeded`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from course.check import CheckFailure, expect
+from course.observe import (
+    REPLAY,
+    Absent,
+    NotPlainData,
+    StudentError,
+    current,
+    generator,
+    observe,
+    to_plain,
+)
+
+__all__ = [
+    "Absent",
+    "call",
+    "construct",
+    "expect_raises",
+    "generator",
+    "gradients",
+    "large_scores",
+    "modes",
+    "observe",
+    "on_meta",
+    "same",
+    "seeded",
+]
+
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+@contextlib.contextmanager
+def seeded(offset: int = 0) -> Iterator[None]:
+    """Torch's global generator forked and seeded from the session: for reference modules."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(current().seed * 1_000_003 + 104_729 + offset)
+        yield
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of plain data (tensors: same dtype, shape and values, NaN equal to NaN)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return torch.equal(a, b)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _snapshot(value: Any) -> Any:
+    try:
+        return to_plain(value)
+    except NotPlainData:
+        return None  # a module or a function: not compared
+
+
+def call(
+    what: str,
+    function: Any,
+    *args: Any,
+    random: bool = False,
+    names: Sequence[str] = (),
+    **kwargs: Any,
+) -> Any:
+    """``function(*args, **kwargs)`` observed: its result as plain data.
+
+    Fails when the call changed one of its arguments (a tensor, list or dict) in place: the
+    property "inputs untouched". ``names`` names the positional arguments in messages.
+    """
+    before = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
+
+    def run() -> dict[str, Any]:
+        result = function(*args, **kwargs)
+        after = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
+        return {"result": result, "after": after}
+
+    observed = observe(what, run, random=random)
+    after_args, after_kwargs = observed["after"]
+    for i, (old, new) in enumerate(zip(before[0], after_args)):
+        label = f"`{names[i]}`" if i < len(names) else f"its {ORDINALS[min(i, 7)]} argument"
+        expect(
+            old is None or same(old, new),
+            f"{what}: your code changed {label} in place. The property violated: inputs "
+            "untouched; the caller still needs them.",
+            "Compute into new tensors (x - m, not x -= m; torch.cat, not append) and copy a "
+            "list or dict before changing it.",
+        )
+    for key, old in before[1].items():
+        expect(
+            old is None or same(old, after_kwargs.get(key)),
+            f"{what}: your code changed the argument `{key}` in place. The property violated: "
+            "inputs untouched.",
+            "Compute into new tensors and copy a list or dict before changing it.",
+        )
+    return observed["result"]
+
+
+def construct(what: str, cls: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """Build the student's module ``cls(*args, **kwargs)``; return it and its state dict.
+
+    In the trusted replay the module itself is an :class:`Absent` placeholder (it only ever
+    appears inside later observed calls) and the state dict is the recorded one.
+    """
+    built: list[Any] = []
+
+    def build() -> dict[str, Any]:
+        module = cls(*args, **kwargs)
+        built.append(module)
+        return dict(module.state_dict()) if isinstance(module, nn.Module) else {}
+
+    state = observe(what, build, random=True)
+    return (built[0] if built else Absent(what)), state
+
+
+def modes(module: nn.Module) -> dict[str, bool]:
+    """``{sub-module name: training flag}`` of every sub-module (call it inside ``observe``)."""
+    return {name or "(the module itself)": sub.training for name, sub in module.named_modules()}
+
+
+def gradients(
+    forward: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    parameters: dict[str, torch.Tensor] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Output and gradients of ``(forward(*inputs) * w).sum()`` for a fixed random ``w``.
+
+    Floating inputs get ``requires_grad``; returns ``{"output", "inputs": [grad or None],
+    "parameters": {name: grad or None}}``. Call it inside ``observe`` for the student's module
+    and directly for the reference, with the same ``seed``.
+    """
+    leaves = [
+        x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x
+        for x in inputs
+    ]
+    with torch.enable_grad():
+        output = forward(*leaves)
+        if not isinstance(output, torch.Tensor):
+            raise CheckFailure(
+                f"the forward pass returned a {type(output).__name__}, not a tensor.",
+                "Return the output tensor.",
+            )
+        weight = torch.randn(
+            output.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+        ).to(output.dtype)
+        (output * weight).sum().backward()
+    params = parameters or {}
+    return {
+        "output": output.detach(),
+        "inputs": [x.grad if isinstance(x, torch.Tensor) else None for x in leaves],
+        "parameters": {name: p.grad for name, p in params.items()},
+    }
+
+
+def large_scores(*shape: int, scale: float = 1000.0, offset: int = 0) -> torch.Tensor:
+    """Scores in the hundreds and thousands: a softmax without the max shift overflows."""
+    return torch.randn(*shape, generator=generator(offset)) * scale
+
+
+def on_meta(function: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run ``function`` with tensors (and modules) moved to the ``meta`` device.
+
+    Returns ``{"device": ..., "shape": ...}`` of the result (call it inside ``observe``). A
+    tensor created without ``device=`` lives on the CPU, and combining it with a meta tensor
+    fails, as it would on a GPU.
+    """
+
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor | nn.Module):
+            return value.to("meta")
+        return value
+
+    out = function(*[move(a) for a in args], **{k: move(v) for k, v in kwargs.items()})
+    first = out[0] if isinstance(out, tuple | list) and out else out
+    if not isinstance(first, torch.Tensor):
+        return {"device": None, "shape": None}
+    return {"device": first.device.type, "shape": tuple(first.shape)}
+
+
+def expect_raises(
+    what: str,
+    function: Callable[[], Any],
+    error: type[BaseException],
+    message: str,
+    hint: str | None = None,
+) -> None:
+    """The contract says ``function()`` raises ``error``: fail with ``message`` otherwise."""
+    try:
+        observe(what, lambda: _returned(function()))
+    except StudentError as raised:
+        if error.__name__ in raised.error_type.split(","):
+            return
+        raise CheckFailure(f"{what} raised {raised.error_type.split(',')[0]}; {message}", hint) from None
+    raise CheckFailure(f"{what} returned without raising {error.__name__}; {message}", hint)
+
+
+def _returned(value: Any) -> None:
+    return None
+
+
+def in_replay() -> bool:
+    """True in the grader's trusted process (student objects are absent there)."""
+    return current().mode == REPLAY
