@@ -40,9 +40,22 @@ from course import observe as obs
 from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
 
 __all__ = [
-    "ERROR", "FAILED", "NOT_IMPLEMENTED", "PASSED", "CheckFailed", "CheckFailure", "CheckResult",
-    "exercise_check", "expect", "expect_close", "expect_equal", "expect_shape", "expect_tensor",
-    "probe", "replay", "summarise_exception",
+    "ERROR",
+    "FAILED",
+    "NOT_IMPLEMENTED",
+    "PASSED",
+    "CheckFailed",
+    "CheckFailure",
+    "CheckResult",
+    "exercise_check",
+    "expect",
+    "expect_close",
+    "expect_equal",
+    "expect_shape",
+    "expect_tensor",
+    "probe",
+    "replay",
+    "summarise_exception",
 ]
 
 

@@ -152,11 +152,17 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
         tensors[key] = value
         return {"tensor": key}
     if isinstance(value, list | tuple):
-        return {"list" if isinstance(value, list) else "tuple": [_encode_tree(v, tensors) for v in value]}
+        return {
+            "list" if isinstance(value, list) else "tuple": [
+                _encode_tree(v, tensors) for v in value
+            ]
+        }
     if isinstance(value, set | frozenset):
         return {"set": [_encode_tree(v, tensors) for v in value]}
     if isinstance(value, dict):
-        return {"dict": [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]}
+        return {
+            "dict": [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]
+        }
     raise NotPlainData(f"cannot encode a {type(value).__name__}")
 
 
@@ -170,7 +176,7 @@ def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) ->
         return node
     if not isinstance(node, dict) or len(node) != 1:
         raise ValueError("malformed observation")
-    (tag, body), = node.items()
+    ((tag, body),) = node.items()
     if tag == "float" and body in ("nan", "inf", "-inf"):
         return float(body)
     if tag == "tensor" and isinstance(body, str) and body in tensors:
@@ -343,7 +349,9 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
             raise  # a bug in the check, not in the student's code
         except Exception as exc:  # noqa: BLE001 - whatever the student's code raised
             observation = Observation(
-                what, "error", message=summarise_exception(exc),
+                what,
+                "error",
+                message=summarise_exception(exc),
                 error_type=",".join(c.__name__ for c in type(exc).__mro__),
             )
         if not random and not torch.equal(torch.random.get_rng_state(), rng_before):

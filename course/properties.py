@@ -110,7 +110,11 @@ def call(
 
     observed = observe(what, run, random=random)
     after_args, after_kwargs = observed["after"]
-    for i, (old, new) in enumerate(zip(before[0], after_args)):
+    expect(
+        len(after_args) == len(before[0]) and isinstance(after_kwargs, dict),
+        f"{what}: the arguments did not come back from the call.",
+    )
+    for i, (old, new) in enumerate(zip(before[0], after_args, strict=True)):
         label = f"`{names[i]}`" if i < len(names) else f"its {ORDINALS[min(i, 7)]} argument"
         expect(
             old is None or same(old, new),
@@ -164,7 +168,9 @@ def gradients(
     and directly for the reference, with the same ``seed``.
     """
     leaves = [
-        x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x
+        x.detach().clone().requires_grad_(x.is_floating_point())
+        if isinstance(x, torch.Tensor)
+        else x
         for x in inputs
     ]
     with torch.enable_grad():
@@ -224,7 +230,9 @@ def expect_raises(
     except StudentError as raised:
         if error.__name__ in raised.error_type.split(","):
             return
-        raise CheckFailure(f"{what} raised {raised.error_type.split(',')[0]}; {message}", hint) from None
+        raise CheckFailure(
+            f"{what} raised {raised.error_type.split(',')[0]}; {message}", hint
+        ) from None
     raise CheckFailure(f"{what} returned without raising {error.__name__}; {message}", hint)
 
 

@@ -34,7 +34,9 @@ def _softmax_cases() -> list[SoftmaxCase]:
             "Use the `dim` argument everywhere (max, sum) instead of a fixed axis.",
         ),
         SoftmaxCase("softmax of a 1-D tensor", x[0].clone(), -1),
-        SoftmaxCase("softmax along dim=1 of a (2, 3, 5) tensor", torch.randn(2, 3, 5, generator=g), 1),
+        SoftmaxCase(
+            "softmax along dim=1 of a (2, 3, 5) tensor", torch.randn(2, 3, 5, generator=g), 1
+        ),
         SoftmaxCase(
             "softmax of logits in the thousands (1000, 1001, 1002, ...)",
             torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]]),
