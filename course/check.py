@@ -111,7 +111,12 @@ class CheckFailed(AssertionError):
         return self.result.report().splitlines()
 
 
-_CHECKER_FILES = ("/course/check.py", "/course/checks/")
+_CHECKER_FILES = (
+    "/course/check.py",
+    "/course/checks/",
+    "/course/observe.py",
+    "/course/properties.py",
+)
 _LIBRARY_DIRS = tuple(
     {
         path.replace("\\", "/").rstrip("/") + "/"
@@ -131,25 +136,23 @@ def _is_library(filename: str) -> bool:
     return name.startswith(_LIBRARY_DIRS) or "/site-packages/" in name
 
 
-def summarise_exception(exc: BaseException) -> str:
+def summarise_exception(exc: BaseException, what: str | None = None) -> str:
     """`ValueError: ... (in `forward`, line 3: `x = y @ z`)` from a student's exception.
 
     The location is the student's own line: the last frame that is neither in the checker nor
     inside an installed library (torch, the standard library), so that an error raised deep
-    inside ``F.linear`` or ``Module._call_impl`` points at the call the student wrote.
+    inside ``F.linear`` or ``Module._call_impl`` points at the call the student wrote. With no
+    such frame (a wrong signature fails on the call itself) it names the observed call ``what``.
     """
     frames = traceback.extract_tb(exc.__traceback__)
     outside = [f for f in frames if not _is_checker(f.filename)]
     own = [f for f in outside if not _is_library(f.filename)] or outside
-    checker = [
-        f for f in frames if _is_checker(f.filename) and "/course/check.py" not in f.filename
-    ]
     where = ""
     if own:
         frame = own[-1]
         where = f" (in `{frame.name}`, line {frame.lineno}: `{(frame.line or '').strip()}`)"
-    elif checker:  # raised on the call itself (a wrong signature): show the check's call
-        where = f" (when the check called `{(checker[-1].line or '').strip()}`)"
+    elif what:  # raised on the call itself (a wrong signature)
+        where = f" (when the check called your code for: {what})"
     return f"your code raised {type(exc).__name__}: {exc}{where}"
 
 
@@ -171,7 +174,8 @@ def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> Che
         message = f"the check's observations did not come back whole ({error})"
         return CheckResult(exercise, title, ERROR, message)
     except Exception as exc:  # noqa: BLE001 - the body choked on what the student's code returned
-        return CheckResult(exercise, title, FAILED, summarise_exception(exc), hint)
+        message = f"the check could not use what your code returned ({type(exc).__name__}: {exc})"
+        return CheckResult(exercise, title, FAILED, message, hint)
 
 
 # The test suite sets this: every check call is then probed and replayed, and the trusted

@@ -351,7 +351,7 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
             observation = Observation(
                 what,
                 "error",
-                message=summarise_exception(exc),
+                message=summarise_exception(exc, what),
                 error_type=",".join(c.__name__ for c in type(exc).__mro__),
             )
         if not random and not torch.equal(torch.random.get_rng_state(), rng_before):

@@ -1,11 +1,14 @@
-"""The check framework: three outcomes, clear messages, no traceback from inside the checker."""
+"""The check framework: three outcomes, clear messages, no traceback from inside the checker,
+and the same verdict whether the check runs in the notebook or is replayed by the grader."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from course import observe as obs
 from course.check import (
+    ERROR,
     FAILED,
     NOT_IMPLEMENTED,
     PASSED,
@@ -13,13 +16,17 @@ from course.check import (
     exercise_check,
     expect_close,
     expect_shape,
+    probe,
+    replay,
 )
+from course.properties import call
 
 
 @exercise_check("Exercise 9.1", "identity", hint="Return the input unchanged.")
-def identity_check(fn):
+def identity_check(student_identity):
     x = torch.arange(6.0).reshape(2, 3)
-    expect_close(fn(x), x, what="identity of a (2, 3) tensor")
+    got = call("identity of a (2, 3) tensor", student_identity, x)
+    expect_close(got, x, what="identity of a (2, 3) tensor")
 
 
 def stub(x):
@@ -78,7 +85,8 @@ def test_nan_where_reference_has_numbers_is_reported():
 
 def test_expect_shape_rejects_non_tensors():
     @exercise_check("Exercise 9.2", "shape")
-    def shape_check(value):
+    def shape_check(student_value):
+        value = obs.observe("the value", lambda: student_value)
         expect_shape(value, (2,), what="the value")
 
     assert shape_check(torch.zeros(2), raise_on_failure=False).status == PASSED
@@ -97,12 +105,10 @@ def test_exception_inside_torch_points_at_the_students_line():
     assert "F.linear" not in result.message
 
 
-def test_exception_on_the_call_itself_shows_the_checks_call():
-    from course.checks import nb01
-
-    result = nb01.bpe_encode(lambda word: [word], raise_on_failure=False)  # one argument short
+def test_exception_on_the_call_itself_names_the_observed_call():
+    result = identity_check(lambda: None, raise_on_failure=False)  # takes no argument
     assert result.message.startswith("your code raised TypeError")
-    assert "when the check called `got = student(word, list(merges))`" in result.message
+    assert "when the check called your code for: identity of a (2, 3) tensor" in result.message
 
 
 def test_checks_run_on_a_seeded_fork_of_the_random_state():
@@ -119,5 +125,69 @@ def test_checks_run_on_a_seeded_fork_of_the_random_state():
     random_check(None)
     assert torch.equal(torch.rand(3), expected_next)  # the notebook's stream is untouched
     assert torch.equal(draws[0], draws[1])  # the check itself is reproducible
-    torch.manual_seed(7)
-    assert torch.equal(draws[0], torch.rand(2))
+
+
+# --- probe and replay: the verdict is the trusted side's --------------------------------
+
+
+def test_replay_reaches_the_probes_verdict_without_the_students_code():
+    result, record = probe(identity_check, lambda x: x)
+    assert result.passed
+    assert replay(identity_check, record).passed  # no student object given: absent
+
+
+@pytest.mark.parametrize(
+    "student, status",
+    [(lambda x: x, PASSED), (lambda x: x * 2, FAILED), (stub, NOT_IMPLEMENTED)],
+    ids=["right", "wrong", "stub"],
+)
+def test_probe_and_replay_agree(student, status):
+    probed, record = probe(identity_check, student)
+    replayed = replay(identity_check, record)
+    assert probed.status == replayed.status == status
+    assert probed.message == replayed.message
+
+
+def _record(*observations: obs.Observation) -> bytes:
+    return obs.encode(list(observations))
+
+
+FORGED = {
+    "empty": b"",
+    "garbage": b"\x00" * 64,
+    "no observations": _record(),
+    "wrong label": _record(
+        obs.Observation("something else", "value", torch.arange(6.0).view(2, 3))
+    ),
+    "wrong value": _record(
+        obs.Observation("identity of a (2, 3) tensor", "value", torch.zeros(2, 3))
+    ),
+    "a pickle": b"\x80\x04\x95" + b"\x00" * 40,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGED))
+def test_a_forged_record_never_passes(name):
+    result = replay(identity_check, FORGED[name])
+    assert result.status in (ERROR, FAILED), name
+
+
+def test_replay_uses_the_seed_it_is_given():
+    @exercise_check("Exercise 9.4", "seeded input")
+    def seeded_check(student_identity):
+        x = torch.randn(3, generator=obs.generator())
+        expect_close(obs.observe("identity", lambda: student_identity(x)), x, what="identity")
+
+    _, record = probe(seeded_check, lambda x: x, seed=1)
+    assert replay(seeded_check, record, seed=1).passed
+    assert not replay(seeded_check, record, seed=2).passed  # recorded for other inputs
+
+
+def test_touching_a_student_object_outside_observe_is_a_check_error():
+    @exercise_check("Exercise 9.5", "careless")
+    def careless_check(student_identity):
+        expect_close(student_identity(torch.ones(2)), torch.ones(2), what="identity")
+
+    _, record = probe(careless_check, lambda x: x)
+    result = replay(careless_check, record)
+    assert result.status == ERROR and "outside observe" in result.message

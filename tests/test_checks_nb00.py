@@ -1,4 +1,5 @@
-"""Notebook 00's softmax check accepts a correct softmax and rejects typical mistakes."""
+"""Notebook 00's softmax check: right variants pass, each family of wrong answers fails with
+the property it violates named."""
 
 from __future__ import annotations
 
@@ -17,28 +18,88 @@ def stub(x, dim=-1):
     raise NotImplementedError
 
 
-WRONG = {
-    "naive-overflows": lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
-    "ignores-dim": lambda x, dim=-1: reference_softmax(x, dim=-1),
-    "subtracts-min": lambda x, dim=-1: (
-        (x - x.amin(dim=dim, keepdim=True)).exp()
-        / (x - x.amin(dim=dim, keepdim=True)).exp().sum(dim=dim, keepdim=True)
-    ),
-    "not-normalised": lambda x, dim=-1: (x - x.amax(dim=dim, keepdim=True)).exp(),
-    "normalised-over-everything": lambda x, dim=-1: (x - x.max()).exp() / (x - x.max()).exp().sum(),
-    "casts-to-float32": lambda x, dim=-1: reference_softmax(x.float(), dim),
-    "max-without-keepdim": lambda x, dim=-1: (
-        (x - x.amax(dim=dim)).exp() / (x - x.amax(dim=dim)).exp().sum(dim=dim, keepdim=True)
+def _float64_inside(x, dim=-1):
+    return reference_softmax(x.double(), dim).to(x.dtype)
+
+
+def _logsumexp(x, dim=-1):
+    return (x - torch.logsumexp(x, dim=dim, keepdim=True)).exp()
+
+
+def _loop_over_rows(x, dim=-1):
+    moved = x.movedim(dim, -1)
+    rows = [reference_softmax(row, -1) for row in moved.reshape(-1, moved.shape[-1])]
+    return torch.stack(rows).reshape(moved.shape).movedim(-1, dim)
+
+
+RIGHT = {
+    "shift by the max": reference_softmax,
+    "torch.softmax": lambda x, dim=-1: torch.softmax(x, dim=dim),
+    "float64 inside": _float64_inside,
+    "log-sum-exp": _logsumexp,
+    "a loop over rows": _loop_over_rows,
+    "max().values": lambda x, dim=-1: (lambda e: e / e.sum(dim, keepdim=True))(
+        (x - x.max(dim=dim, keepdim=True).values).exp()
     ),
 }
 
 
-def test_reference_passes():
-    assert nb00.softmax(reference_softmax, raise_on_failure=False).passed
+def _in_place(x, dim=-1):
+    x -= x.amax(dim=dim, keepdim=True)
+    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
 
 
-def test_torch_softmax_passes():
-    assert nb00.softmax(lambda x, dim=-1: torch.softmax(x, dim=dim), raise_on_failure=False).passed
+def _grad_off(x, dim=-1):
+    torch.set_grad_enabled(False)
+    return torch.softmax(x, dim)
+
+
+def _default_dtype(x, dim=-1):
+    torch.set_default_dtype(torch.float64)
+    return torch.softmax(x, dim)
+
+
+def _reseeds(x, dim=-1):
+    torch.manual_seed(0)
+    return torch.softmax(x, dim)
+
+
+# (wrong implementation, a phrase the message must contain): each family of issue 22.
+WRONG = {
+    "no max shift (numeric range)": (
+        lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
+        "numeric range",
+    ),
+    "ignores dim": (lambda x, dim=-1: reference_softmax(x, dim=-1), "dim=0"),
+    "subtracts the min": (
+        lambda x, dim=-1: (
+            (x - x.amin(dim, True)).exp() / (x - x.amin(dim, True)).exp().sum(dim, keepdim=True)
+        ),
+        "",
+    ),
+    "not normalised": (lambda x, dim=-1: (x - x.amax(dim=dim, keepdim=True)).exp(), ""),
+    "normalised over everything": (
+        lambda x, dim=-1: (x - x.max()).exp() / (x - x.max()).exp().sum(),
+        "",
+    ),
+    "casts to float32": (lambda x, dim=-1: reference_softmax(x.float(), dim), "dtype"),
+    "max without keepdim": (
+        lambda x, dim=-1: (
+            (x - x.amax(dim=dim)).exp() / (x - x.amax(dim=dim)).exp().sum(dim=dim, keepdim=True)
+        ),
+        "",
+    ),
+    "changes its input in place (inputs untouched)": (_in_place, "inputs untouched"),
+    "turns gradients off (global state)": (_grad_off, "global state"),
+    "changes the default dtype (global state)": (_default_dtype, "default dtype"),
+    "reseeds the global generator (global state)": (_reseeds, "random"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_right_softmax_passes(name):
+    result = nb00.softmax(RIGHT[name], raise_on_failure=False)
+    assert result.passed, (name, result.message)
 
 
 def test_stub_is_not_implemented():
@@ -46,6 +107,19 @@ def test_stub_is_not_implemented():
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
-def test_wrong_softmax_is_rejected(name):
-    result = nb00.softmax(WRONG[name], raise_on_failure=False)
+def test_wrong_softmax_is_rejected_naming_the_property(name):
+    wrong, phrase = WRONG[name]
+    try:
+        result = nb00.softmax(wrong, raise_on_failure=False)
+    finally:
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
     assert result.status == "failed", f"{name} was accepted"
+    assert phrase in result.message, result.message
+
+
+def test_the_check_restores_global_state_a_wrong_answer_changed():
+    nb00.softmax(_grad_off, raise_on_failure=False)
+    assert torch.is_grad_enabled()
+    nb00.softmax(_default_dtype, raise_on_failure=False)
+    assert torch.get_default_dtype() == torch.float32
