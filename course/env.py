@@ -1,4 +1,4 @@
-"""Runtime helpers: pick the device, seed everything, describe the machine.
+"""Runtime helpers: pick the device and the precision, seed everything, describe the machine.
 
 Every notebook's setup cell calls :func:`setup`, so a notebook behaves the same
 locally, in Colab, on a laptop CPU, on Apple silicon (MPS) and on a CUDA GPU.
@@ -6,10 +6,14 @@ locally, in Colab, on a laptop CPU, on Apple silicon (MPS) and on a CUDA GPU.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import platform
 import random
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -50,6 +54,61 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)  # also seeds CUDA and MPS generators
 
 
+# CPU flags of native bfloat16 arithmetic (x86: AVX-512 BF16 or AMX; Arm: BF16). Without them
+# torch emulates bf16 on the CPU, which is slower than float32.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+@functools.cache
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:  # macOS, Windows: no /proc; then no flags, and float32
+        return ""
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """True when the CPU does bfloat16 arithmetic in hardware (read from /proc/cpuinfo).
+
+    ``COURSE_BF16=0`` or ``=1`` overrides the detection (e.g. to compare both paths).
+    """
+    forced = os.environ.get("COURSE_BF16", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    flags: set[str] = set()
+    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
+        if line.lower().startswith(("flags", "features")):
+            flags |= set(line.split(":", 1)[-1].split())
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype training runs in under autocast: bf16 on a CPU with native bf16, else None.
+
+    GPUs keep float32 here (the notebooks' GPU runs are short and their figures were measured
+    in float32); a CPU without native bf16 would only be slower in bf16.
+    """
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return torch.bfloat16
+    return None
+
+
+def precision(device: torch.device) -> str:
+    """``"bf16 autocast"`` or ``"float32"``: what :func:`autocast` will run in on ``device``."""
+    return "bf16 autocast" if autocast_dtype(device) is not None else "float32"
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device) -> Iterator[None]:
+    """bf16 autocast where :func:`autocast_dtype` says it helps; a no-op elsewhere."""
+    dtype = autocast_dtype(device)
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device.type, dtype=dtype):
+        yield
+
+
 def describe_runtime(device: torch.device) -> str:
     """One line that says where this notebook runs (printed by :func:`setup`)."""
     if device.type == "cuda":
@@ -61,7 +120,7 @@ def describe_runtime(device: torch.device) -> str:
     where = "Colab" if in_colab() else platform.system()
     return (
         f"Python {platform.python_version()} | torch {torch.__version__} | "
-        f"device {device.type} ({hardware}) | {where}"
+        f"device {device.type} ({hardware}) | precision {precision(device)} | {where}"
     )
 
 
