@@ -243,3 +243,29 @@ def _returned(value: Any) -> None:
 def in_replay() -> bool:
     """True in the grader's trusted process (student objects are absent there)."""
     return current().mode == REPLAY
+
+
+_DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+def meta_device(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
+    """The device property, observed: run ``function`` with its tensors (and modules) on ``meta``.
+
+    Returns the device type of the (first) tensor result: ``"meta"`` when right, ``"cpu"``
+    when the code returned, or mixed in, a tensor it created without ``device=``; ``None`` when
+    the run cannot decide, because the code reads values (``.item()``, ``if t.any():``), which
+    meta tensors lack but a GPU has, or failed for a reason other checks report. Modules passed
+    in are moved to ``meta`` in place: pass a module no later observation uses.
+    """
+
+    def run() -> str | None:
+        try:
+            return on_meta(function, *args, **kwargs)["device"]
+        except NotImplementedError:
+            raise
+        except CheckFailure:
+            return None
+        except Exception as error:  # noqa: BLE001 - only a device mix-up is this property's
+            return "cpu" if any(text in str(error) for text in _DEVICE_MIX) else None
+
+    return observe(what, run)

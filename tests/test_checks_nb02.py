@@ -239,6 +239,7 @@ def test_causal_wrong_rejected(name):
 def test_causal_ignored_device_is_named():
     result = check.make_causal_mask(WRONG_CAUSAL["device_argument_ignored"], raise_on_failure=False)
     assert "the device argument is ignored" in result.message
+    assert "device" in result.message
 
 
 def test_course_nn_causal_passes():
@@ -382,7 +383,7 @@ def test_self_attention_wrong_rejected(wrong):
 
 def test_self_attention_lost_mask_names_the_padded_weight():
     result = check.self_attention(IgnoreMask, raise_on_failure=False)
-    assert "the padded key position 4 of sequence 1 received weight" in result.message
+    assert "the padded key position" in result.message
     assert "does not reach the attention" in result.message
 
 
@@ -395,3 +396,264 @@ def test_course_nn_self_attention_passes():
     from course.nn import SelfAttention
 
     assert check.self_attention(SelfAttention, raise_on_failure=False).passed
+
+
+# --- one wrong implementation per property (issue 22, section 1) ------------------------------
+# Each passed the checks before they tested the property; the message must name the property.
+
+
+def _dead_rows_zeroed(scores, softmax):
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    return softmax(scores.masked_fill(dead, 0.0)).masked_fill(dead, 0.0)
+
+
+def _masked_scores(q, k, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    return scores + mask
+
+
+def attention_scales_query_in_place(q, k, v, mask=None):
+    """Scales the caller's query in place: right numbers, but the caller's tensor changed."""
+    q /= math.sqrt(q.size(-1))
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = (
+            scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        )
+    weights = _dead_rows_zeroed(scores, lambda s: torch.softmax(s, dim=-1))
+    return weights @ v, weights
+
+
+def attention_unshifted_softmax(q, k, v, mask=None):
+    """Its own softmax, exp(s) / sum exp(s), without subtracting the row maximum."""
+
+    def softmax(s):
+        e = torch.exp(s)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    weights = _dead_rows_zeroed(_masked_scores(q, k, mask), softmax)
+    return weights @ v, weights
+
+
+def attention_dead_rows_on_axis_2(q, k, v, mask=None):
+    """Finds fully masked rows along dim=2: the last axis only for 3-D inputs."""
+    scores = _masked_scores(q, k, mask)
+    dead = torch.isneginf(scores).all(dim=2, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    return weights @ v, weights
+
+
+def attention_detached_weights(q, k, v, mask=None):
+    """Detaches the weights: same numbers, but no gradient reaches the query and key."""
+    weights = _dead_rows_zeroed(_masked_scores(q, k, mask), lambda s: torch.softmax(s, -1))
+    return weights.detach() @ v, weights
+
+
+def attention_zeros_on_the_cpu(q, k, v, mask=None):
+    """Zeroes fully masked rows with a tensor created without a device."""
+    scores = _masked_scores(q, k, mask)
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)
+    weights = torch.where(dead, torch.zeros(weights.shape, dtype=weights.dtype), weights)
+    return weights @ v, weights
+
+
+def padding_ids_changed_in_place(ids, pad_id):
+    """Turns the caller's ids into 0/1 flags in place."""
+    return ids.ne_(pad_id).bool().unsqueeze(1)
+
+
+def padding_ones_on_the_cpu(ids, pad_id):
+    """Starts from a mask created without a device."""
+    mask = torch.ones(ids.shape, dtype=torch.bool).masked_fill(ids == pad_id, False)
+    return mask.unsqueeze(1)
+
+
+class DetachedOutput(GoodSelfAttention):
+    """Detaches the attention output before w_o: no gradient reaches w_q, w_k, w_v."""
+
+    def forward(self, x, mask=None):
+        out, weights = attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        return self.w_o(out.detach()), weights
+
+
+class DefaultMaskOnTheCpu(GoodSelfAttention):
+    """Builds an all-True mask when none is given, without a device."""
+
+    def forward(self, x, mask=None):
+        if mask is None:
+            mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool)
+        return super().forward(x, mask)
+
+
+PROPERTY_CASES = [
+    ("scaled_dot_product_attention", attention_scales_query_in_place, "inputs untouched"),
+    ("scaled_dot_product_attention", attention_unshifted_softmax, "numeric range"),
+    ("scaled_dot_product_attention", attention_dead_rows_on_axis_2, "no leading axes"),
+    ("scaled_dot_product_attention", attention_detached_weights, "no gradient reaches `query`"),
+    ("scaled_dot_product_attention", attention_zeros_on_the_cpu, "property violated: device"),
+    ("make_padding_mask", padding_ids_changed_in_place, "inputs untouched"),
+    ("make_padding_mask", padding_ones_on_the_cpu, "property violated: device"),
+    ("self_attention", DetachedOutput, "property violated: gradients"),
+    ("self_attention", DefaultMaskOnTheCpu, "property violated: device"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, wrong, words", PROPERTY_CASES, ids=[case[1].__name__ for case in PROPERTY_CASES]
+)
+def test_property_violation_is_named(name, wrong, words):
+    result = getattr(check, name)(wrong, raise_on_failure=False)
+    assert result.status == FAILED, f"{wrong.__name__} was not rejected"
+    assert words in result.message, result.message
+
+
+# --- right variants --------------------------------------------------------------------------
+
+
+def attention_einsum(q, k, v, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / q.size(-1) ** 0.5
+    if mask is not None:
+        scores = (
+            scores.masked_fill(mask.logical_not(), float("-inf"))
+            if mask.dtype == torch.bool
+            else scores + mask
+        )
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.einsum("...qk,...kd->...qd", weights, v), weights
+
+
+def attention_float64_inside(q, k, v, mask=None):
+    """Computes in float64 and returns the input's dtype; its own shifted softmax."""
+    scores = _masked_scores(
+        q.double(),
+        k.double(),
+        mask if mask is None else mask.double() if not mask.dtype == torch.bool else mask,
+    )
+    shifted = scores - scores.amax(dim=-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
+    e = shifted.exp()
+    total = e.sum(dim=-1, keepdim=True)
+    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))
+    return (weights @ v.double()).to(v.dtype), weights.to(q.dtype)
+
+
+def attention_loop(q, k, v, mask=None):
+    """One query at a time, in a Python loop over the query axis."""
+    rows, outs = [], []
+    full = _masked_scores(q, k, mask)
+    for i in range(q.size(-2)):
+        s = full[..., i, :]
+        w = torch.softmax(s, dim=-1)
+        w = torch.where(torch.isneginf(s).all(-1, keepdim=True), torch.zeros_like(w), w)
+        rows.append(w)
+        outs.append((w.unsqueeze(-2) @ v).squeeze(-2))
+    return torch.stack(outs, dim=-2), torch.stack(rows, dim=-2)
+
+
+def attention_item_check(q, k, v, mask=None):
+    """Right, with Python control flow on values (meta tensors cannot run it: undecided)."""
+    scores = _masked_scores(q, k, mask)
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    if dead.any():
+        weights = torch.softmax(scores.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0)
+    else:
+        weights = torch.softmax(scores, -1)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize(
+    "right",
+    [attention_einsum, attention_float64_inside, attention_loop, attention_item_check],
+    ids=lambda f: f.__name__,
+)
+def test_attention_right_variants_pass(right):
+    result = check.scaled_dot_product_attention(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+def padding_loop(ids, pad_id):
+    mask = torch.zeros(ids.size(0), 1, ids.size(1), dtype=torch.bool, device=ids.device)
+    for b in range(ids.size(0)):
+        mask[b, 0] = ids[b] != pad_id
+    return mask
+
+
+def causal_triu(length, device=None):
+    return ~torch.ones(1, length, length, dtype=torch.bool, device=device).triu(1)
+
+
+def causal_arange(length, device=None):
+    i = torch.arange(length, device=device)
+    return (i[None, :] <= i[:, None])[None]
+
+
+@pytest.mark.parametrize("right", [padding_loop], ids=lambda f: f.__name__)
+def test_padding_right_variants_pass(right):
+    result = check.make_padding_mask(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+@pytest.mark.parametrize("right", [causal_triu, causal_arange], ids=lambda f: f.__name__)
+def test_causal_right_variants_pass(right):
+    result = check.make_causal_mask(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+class SelfAttentionTorchSDPA(nn.Module):
+    """Right, glued at the interface: torch's fused attention, weights via identity values."""
+
+    def __init__(self, d_model, d_k=None):
+        super().__init__()
+        d_k = d_k or d_model
+        self.w_q, self.w_k, self.w_v = (nn.Linear(d_model, d_k) for _ in range(3))
+        self.w_o = nn.Linear(d_k, d_model)
+
+    def forward(self, x, mask=None):
+        return self.w_o(attention_einsum(self.w_q(x), self.w_k(x), self.w_v(x), mask)[0]), (
+            attention_einsum(self.w_q(x), self.w_k(x), self.w_v(x), mask)[1]
+        )
+
+
+def test_self_attention_right_variant_passes():
+    result = check.self_attention(SelfAttentionTorchSDPA, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+# --- hints point at the principle, never the finished line ----------------------------------
+
+ANSWER_LINES = [
+    "masked_fill(~mask",
+    "query @ key.transpose",
+    "!= pad_id",
+    ".unsqueeze(1)",
+    ".tril()",
+    "device=device",
+    "self.w_o(output)",
+]
+
+
+@pytest.mark.parametrize(
+    "name, wrong",
+    [
+        ("scaled_dot_product_attention", wrong_attention(mask_mode="ignore")),
+        ("scaled_dot_product_attention", wrong_attention(softmax_dim=-2)),
+        ("make_padding_mask", WRONG_PADDING["no_query_axis"]),
+        ("make_padding_mask", WRONG_PADDING["pad_id_hardcoded_0"]),
+        ("make_causal_mask", WRONG_CAUSAL["upper_triangular_future_leaks"]),
+        ("make_causal_mask", WRONG_CAUSAL["device_argument_ignored"]),
+        ("self_attention", IgnoreMask),
+        ("self_attention", NoOutputProjection),
+    ],
+)
+def test_hints_hold_no_answer(name, wrong):
+    result = getattr(check, name)(wrong, raise_on_failure=False)
+    assert result.status == FAILED
+    for line in ANSWER_LINES:
+        assert line not in (result.hint or ""), (line, result.hint)
+    assert getattr(check, name).hint and not any(
+        line in getattr(check, name).hint for line in ANSWER_LINES
+    )
