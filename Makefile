@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed$(if $(TORCH),-torch-$(TORCH))
 REPO   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade release gradescope clean
+.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade release gradescope clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ test: setup ## Only the fast tests (no notebooks)
 
 lint: setup ## Lint the package, the tests and the notebooks with ruff
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
+
+bench: setup ## Time the course's code against what you'd pick instead: its loop vs Trainer, its layers vs nn.Transformer
+	$(BIN)/python -m course.bench $(if $(JSON),--json $(JSON),)
 
 solutions: setup ## Execute solutions/ and save them as readers see them (figures, final bars); NB="05 07" for some
 	$(BIN)/python -m course.refresh $(NB)

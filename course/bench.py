@@ -1,0 +1,271 @@
+"""``make bench``: the course's own code side by side with what a user would pick instead.
+
+Two comparisons, each in one process, one after the other, on the same machine:
+
+1. **Fine-tuning loop vs transformers' ``Trainer``.** The course's loop (``course.nn.fit`` and
+   ``train_step`` from notebook 06, fused AdamW) and ``Trainer`` with its defaults, on the same
+   model (the packaged MiniLM), the same SST-2 training examples, the same number of steps and
+   batch size, the same linear schedule with warm-up, clipping and weight decay. Both are
+   scored on the SST-2 validation set with the same function. Prints the wall-time ratio
+   (Trainer / course: above 1 means the course loop is faster) and both accuracies.
+2. **Notebook 05's Transformer vs ``torch.nn.Transformer``.** The from-scratch layers of
+   ``course.nn`` against PyTorch's own, at the same sizes: the median time of one training step
+   (forward, backward, AdamW) on the same random batch.
+
+Run ``python -m course.bench [--steps 94] [--json out.json]``; timings depend on the machine
+and on what else runs, so the printout names both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from course import data, env, models
+
+LR, WEIGHT_DECAY, WARMUP_RATIO, MAX_GRAD_NORM, BATCH_SIZE, MAX_LENGTH = 1e-4, 0.01, 0.1, 1.0, 32, 64
+
+
+def _sst2_examples(tokenizer: Any, n_train: int) -> tuple[list[dict], list[dict]]:
+    """The first ``n_train`` shuffled training sentences and the validation set, tokenized."""
+    sst2 = data.load_sst2()
+
+    def encode(split: Any) -> list[dict]:
+        encoded = tokenizer(list(split["sentence"]), truncation=True, max_length=MAX_LENGTH)
+        return [
+            {"input_ids": ids, "attention_mask": mask, "labels": label}
+            for ids, mask, label in zip(
+                encoded["input_ids"], encoded["attention_mask"], split["label"], strict=True
+            )
+        ]
+
+    pool = sst2["train"].shuffle(seed=0, keep_in_memory=True)
+    return encode(pool.select(range(min(n_train, len(pool))))), encode(sst2["validation"])
+
+
+def _fresh_classifier() -> nn.Module:
+    env.seed_everything(0)
+    return models.load_model(
+        "sequence_classification",
+        models.PACKAGED_MODEL,
+        num_labels=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+
+
+def _course_loop(train: list[dict], val_loader: Any, steps: int, collator: Any) -> dict:
+    from course.nn import LengthGroupedBatches, evaluate_accuracy, fit
+
+    model = _fresh_classifier()
+    lengths = [len(example["input_ids"]) for example in train]
+    loader = torch.utils.data.DataLoader(
+        train, batch_sampler=LengthGroupedBatches(lengths, BATCH_SIZE, 0), collate_fn=collator
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+    start = time.perf_counter()
+    fit(
+        model,
+        loader,
+        steps,
+        optimizer,
+        warmup_ratio=WARMUP_RATIO,
+        max_grad_norm=MAX_GRAD_NORM,
+        desc="course loop",
+    )
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "accuracy": evaluate_accuracy(model, val_loader, torch.device("cpu")),
+    }
+
+
+def _trainer(train: list[dict], val_loader: Any, steps: int, collator: Any) -> dict:
+    from transformers import Trainer, TrainingArguments
+
+    from course.nn import evaluate_accuracy
+
+    model = _fresh_classifier()
+    with tempfile.TemporaryDirectory() as out:
+        arguments = TrainingArguments(
+            output_dir=out,
+            max_steps=steps,
+            per_device_train_batch_size=BATCH_SIZE,
+            learning_rate=LR,
+            weight_decay=WEIGHT_DECAY,
+            warmup_steps=WARMUP_RATIO,  # transformers 5: a float below 1 is a share of the steps
+            lr_scheduler_type="linear",
+            max_grad_norm=MAX_GRAD_NORM,
+            train_sampling_strategy="group_by_length",
+            save_strategy="no",
+            logging_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            use_cpu=True,
+            seed=0,
+        )
+        trainer = Trainer(model=model, args=arguments, train_dataset=train, data_collator=collator)
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "accuracy": evaluate_accuracy(model, val_loader, torch.device("cpu")),
+        "optimizer": str(getattr(arguments.optim, "value", arguments.optim)),
+    }
+
+
+def loop_vs_trainer(steps: int = 94) -> dict:
+    """Both loops on ``steps`` batches of SST-2; returns their seconds, accuracies and ratio."""
+    from transformers import DataCollatorWithPadding
+
+    tokenizer = models.load_tokenizer(models.PACKAGED_MODEL)
+    collator = DataCollatorWithPadding(tokenizer)
+    train, val = _sst2_examples(tokenizer, steps * BATCH_SIZE)
+    order = sorted(range(len(val)), key=lambda i: len(val[i]["input_ids"]))
+    val_loader = torch.utils.data.DataLoader(
+        val,
+        batch_sampler=[order[i : i + 128] for i in range(0, len(order), 128)],
+        collate_fn=collator,
+    )
+    course = _course_loop(train, val_loader, steps, collator)
+    trainer = _trainer(train, val_loader, steps, collator)
+    return {
+        "steps": steps,
+        "batch_size": BATCH_SIZE,
+        "course": course,
+        "trainer": trainer,
+        "ratio": trainer["seconds"] / course["seconds"],
+    }
+
+
+def _median_step_seconds(model: nn.Module, step: Callable[[], torch.Tensor], repeats: int) -> float:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    times = []
+    for i in range(repeats + 3):  # three warm-up steps
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        step().backward()
+        optimizer.step()
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def layers_vs_torch(repeats: int = 20) -> dict:
+    """One training step of notebook 05's Transformer and of ``nn.Transformer``, same sizes."""
+    from course.nn import Transformer, make_causal_mask, make_padding_mask
+
+    vocab, d_model, heads, d_ff, layers, batch, length = 16, 64, 4, 128, 2, 64, 14
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(1, vocab, (batch, length), generator=generator)
+    tgt = torch.randint(1, vocab, (batch, length), generator=generator)
+    labels = torch.randint(1, vocab, (batch, length), generator=generator)
+    torch.manual_seed(0)
+    ours = Transformer(vocab, vocab, d_model, heads, d_ff, layers, 0.0, pad_id=0)
+
+    def our_step() -> torch.Tensor:
+        return nn.functional.cross_entropy(ours(src, tgt).flatten(0, 1), labels.flatten())
+
+    class TorchSeq2Seq(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.src_embed = nn.Embedding(vocab, d_model)
+            self.tgt_embed = nn.Embedding(vocab, d_model)
+            self.transformer = nn.Transformer(
+                d_model, heads, layers, layers, d_ff, 0.0, batch_first=True, norm_first=True
+            )
+            self.out = nn.Linear(d_model, vocab)
+
+        def forward(self, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            causal = ~make_causal_mask(t.shape[1])[0]  # torch: True = blocked
+            hidden = self.transformer(
+                self.src_embed(s),
+                self.tgt_embed(t),
+                tgt_mask=causal,
+                src_key_padding_mask=~make_padding_mask(s, 0)[:, 0],
+                memory_key_padding_mask=~make_padding_mask(s, 0)[:, 0],
+            )
+            return self.out(hidden)
+
+    theirs = TorchSeq2Seq()
+
+    def torch_step() -> torch.Tensor:
+        return nn.functional.cross_entropy(theirs(src, tgt).flatten(0, 1), labels.flatten())
+
+    sizes = {
+        "d_model": d_model,
+        "heads": heads,
+        "d_ff": d_ff,
+        "layers": layers,
+        "batch": batch,
+        "length": length,
+    }
+    return {
+        "sizes": sizes,
+        "course_ms": 1000 * _median_step_seconds(ours, our_step, repeats),
+        "torch_ms": 1000 * _median_step_seconds(theirs, torch_step, repeats),
+    }
+
+
+def machine() -> str:
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+        f"precision {env.precision(torch.device('cpu'))}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m course.bench", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--steps", type=int, default=94, help="training steps of batch 32 (94: 3,008 examples)"
+    )
+    parser.add_argument("--repeats", type=int, default=20, help="timed steps per model in part 2")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    print(f"machine: {machine()}")
+    loop = loop_vs_trainer(args.steps)
+    course, trainer = loop["course"], loop["trainer"]
+    print(
+        f"\n1. fine-tuning, packaged MiniLM, SST-2, {loop['steps']} steps of batch {loop['batch_size']}"
+    )
+    print(
+        f"   course loop (fused AdamW): {course['seconds']:6.1f} s, validation accuracy {course['accuracy']:.1%}"
+    )
+    print(
+        f"   Trainer ({trainer['optimizer']}): {trainer['seconds']:6.1f} s, validation accuracy {trainer['accuracy']:.1%}"
+    )
+    print(
+        f"   ratio Trainer / course loop: {loop['ratio']:.2f} (above 1: the course loop is faster)"
+    )
+    layers = layers_vs_torch(args.repeats)
+    ratio = layers["torch_ms"] / layers["course_ms"]
+    print(
+        f"\n2. one training step, notebook 05's Transformer vs torch.nn.Transformer ({layers['sizes']})"
+    )
+    print(
+        f"   course layers: {layers['course_ms']:.1f} ms; torch.nn.Transformer: {layers['torch_ms']:.1f} ms; "
+        f"ratio torch / course: {ratio:.2f}"
+    )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump({"machine": machine(), "loop": loop, "layers": layers}, file, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
