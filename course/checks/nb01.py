@@ -1,29 +1,27 @@
 """Checks for notebook 01, tokens: BPE from scratch and the token embedding.
 
-References are independent of the student's code: pair counts are recounted by brute force
-over the expanded corpus, merges are re-derived from such recounts, encodings are compared
-with the Hugging Face ``tokenizers`` BPE model built from the same merges, and the embedding
-with ``torch.nn.functional.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
+The references hold no implementation of an exercise: pair counts and learned merges of small
+corpora are stored expected values (counted by hand-checked code kept in the tests), encodings
+come from the Hugging Face ``tokenizers`` BPE model holding the same merges, and the embedding
+is ``torch.nn.functional.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4). Every
+call of the student's code goes through :func:`course.properties.call` (inputs untouched,
+global state unchanged) and the cases are tables.
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course.check import (
-    CheckFailure,
-    exercise_check,
-    expect,
-    expect_close,
-    expect_equal,
-    expect_shape,
-)
+from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
+from course.observe import StudentError
+from course.properties import call, construct, generator, gradients, observe
 
 END = "</w>"
 Symbols = tuple[str, ...]
@@ -31,67 +29,76 @@ Pair = tuple[str, str]
 WordFreqs = dict[Symbols, int]
 
 
-def _spell(word: str) -> Symbols:
-    return (*word[:-1], word[-1] + END)
+def _pair(text: str) -> Pair:
+    """'lo w</w>' -> ('lo', 'w</w>'): pairs are written as data with a space between symbols."""
+    first, second = text.split(" ")
+    return first, second
 
 
 def _freqs(text: str) -> WordFreqs:
-    return dict(Counter(_spell(w) for w in text.split()))
+    """The notebook's ``word_frequencies`` of one line: each word spelled, '</w>' on its end."""
+    freqs: WordFreqs = {}
+    for word in text.split():
+        symbols = (*word[:-1], word[-1] + END)
+        freqs[symbols] = freqs.get(symbols, 0) + 1
+    return freqs
+
+
+class BpeCase(NamedTuple):
+    """A corpus, its pair counts and its first 12 merges, each as (pair, its count, how many
+    pairs share that top count): stored values, re-derived in tests/test_checks_nb01.py."""
+
+    what: str
+    text: str
+    counts: dict[str, int]
+    merges: list[tuple[str, int, int]]
 
 
 # Small corpora chosen to expose specific mistakes: frequencies that matter, runs of one
 # letter (overlapping pairs), many ties, and insertion orders that differ from sorted order.
-CORPORA = {
-    "the toy corpus": _freqs("low lower lowest newer newest new low low new"),
-    "a corpus with runs of one letter": _freqs("aaa aaaa aa a aaaaa baaab aaa"),
-    "a corpus where every pair is tied": _freqs("zy xw vu ts cd ab"),
-    "a corpus where overlapping pairs decide": _freqs("bc aaaa bc"),
-    "a corpus with frequent short words": _freqs(
-        "the cat sat on the mat the end then there thence at at at cats"
+BPE_CASES = [
+    BpeCase(
+        "the toy corpus",
+        "low lower lowest newer newest new low low new",
+        {"e r</w>": 2, "e s": 2, "e w": 2, "e w</w>": 2, "l o": 5, "n e": 4, "o w": 2,
+         "o w</w>": 3, "s t</w>": 2, "w e": 4},
+        [("l o", 5, 1), ("n e", 4, 2), ("w e", 4, 1), ("lo w</w>", 3, 1), ("lo we", 2, 6),
+         ("ne w</w>", 2, 3), ("ne we", 2, 2), ("s t</w>", 2, 1), ("lowe r</w>", 1, 4),
+         ("lowe st</w>", 1, 3), ("newe r</w>", 1, 2), ("newe st</w>", 1, 1)],
     ),
-}
+    BpeCase(
+        "a corpus with runs of one letter",
+        "aaa aaaa aa a aaaaa baaab aaa",
+        {"a a": 9, "a a</w>": 5, "a b</w>": 1, "b a": 1},
+        [("a a", 9, 1), ("aa a</w>", 3, 1), ("a a</w>", 2, 2), ("a b</w>", 1, 5),
+         ("aa aa</w>", 1, 4), ("aa aaa</w>", 1, 3), ("aa ab</w>", 1, 2), ("b aaab</w>", 1, 1)],
+    ),
+    BpeCase(
+        "a corpus where every pair is tied",
+        "zy xw vu ts cd ab",
+        {"a b</w>": 1, "c d</w>": 1, "t s</w>": 1, "v u</w>": 1, "x w</w>": 1, "z y</w>": 1},
+        [("a b</w>", 1, 6), ("c d</w>", 1, 5), ("t s</w>", 1, 4), ("v u</w>", 1, 3),
+         ("x w</w>", 1, 2), ("z y</w>", 1, 1)],
+    ),
+    BpeCase(
+        "a corpus where overlapping pairs decide",
+        "bc aaaa bc",
+        {"a a": 2, "a a</w>": 1, "b c</w>": 2},
+        [("a a", 2, 2), ("b c</w>", 2, 1), ("a a</w>", 1, 2), ("aa aa</w>", 1, 1)],
+    ),
+    BpeCase(
+        "a corpus with frequent short words",
+        "the cat sat on the mat the end then there thence at at at cats",
+        {"a t": 1, "a t</w>": 6, "c a": 2, "c e</w>": 1, "e n": 2, "e n</w>": 1, "e r": 1,
+         "h e": 3, "h e</w>": 3, "m a": 1, "n c": 1, "n d</w>": 1, "o n</w>": 1, "r e</w>": 1,
+         "s a": 1, "t h": 6, "t s</w>": 1},
+        [("a t</w>", 6, 2), ("t h", 6, 1), ("th e", 3, 2), ("th e</w>", 3, 1), ("a t", 1, 15),
+         ("at s</w>", 1, 14), ("c at</w>", 1, 13), ("c ats</w>", 1, 12), ("c e</w>", 1, 11),
+         ("e n", 1, 10), ("en d</w>", 1, 9), ("m at</w>", 1, 8)],
+    ),
+]  # fmt: skip
 
-
-def _brute_force_pairs(word_freqs: WordFreqs) -> Counter:
-    """Pair counts by expanding the corpus word by word (no frequency arithmetic)."""
-    counts: Counter = Counter()
-    for symbols, freq in word_freqs.items():
-        for _ in range(freq):
-            for i in range(len(symbols) - 1):
-                counts[(symbols[i], symbols[i + 1])] += 1
-    return counts
-
-
-def _merge(symbols: Symbols, pair: Pair) -> Symbols:
-    """Left-to-right, non-overlapping merge, written as a scan over a mutable list."""
-    out = list(symbols)
-    i = 0
-    while i < len(out) - 1:
-        if out[i] == pair[0] and out[i + 1] == pair[1]:
-            out[i : i + 2] = [pair[0] + pair[1]]
-        i += 1
-    return tuple(out)
-
-
-def _best(counts: Counter) -> Pair:
-    top = max(counts.values())
-    return sorted(p for p, c in counts.items() if c == top)[0]
-
-
-def _learn(word_freqs: WordFreqs, num_merges: int) -> list[Pair]:
-    merges: list[Pair] = []
-    for _ in range(num_merges):
-        counts = _brute_force_pairs(word_freqs)
-        if not counts:
-            break
-        pair = _best(counts)
-        merges.append(pair)
-        word_freqs = {_merge(s, pair): f for s, f in word_freqs.items()}
-    return merges
-
-
-def _copy(word_freqs: WordFreqs) -> WordFreqs:
-    return dict(word_freqs)
+FREQS = ("word_freqs",)
 
 
 # --- Exercise 1.1 -----------------------------------------------------------------------
@@ -100,51 +107,37 @@ def _copy(word_freqs: WordFreqs) -> WordFreqs:
 @exercise_check(
     "Exercise 1.1",
     "count adjacent pairs",
-    hint="Loop over word_freqs.items(); for each adjacent pair (symbols[i], symbols[i + 1]) "
-    "add the word's frequency. Every position counts, overlapping ones too.",
+    hint="Every adjacent position of a word counts, overlapping ones too, and each counts as "
+    "often as the word occurs (its value in the table).",
 )
-def count_pairs(student: Callable[[WordFreqs], Counter]) -> None:
-    """Compare with a brute-force recount on corpora with frequencies, runs and single letters."""
-    for what, corpus in CORPORA.items():
-        got = student(_copy(corpus))
+def count_pairs(student_count_pairs: Callable[[WordFreqs], Any]) -> None:
+    """Compare with stored counts of corpora with frequencies, runs and single letters."""
+    cases = [
+        (c.what, _freqs(c.text), {_pair(p): n for p, n in c.counts.items()}) for c in BPE_CASES
+    ]
+    cases.append(("a corpus of one single-symbol word", {("x</w>",): 5}, {}))
+    for what, corpus, expected in cases:
+        got = call(f"count_pairs of {what}", student_count_pairs, corpus, names=FREQS)
         expect(
             isinstance(got, dict),
-            f"count_pairs should return a Counter (or dict), got {type(got).__name__}.",
+            f"count_pairs of {what} returned a {type(got).__name__}; the exercise asks for a "
+            "Counter (a dict of pair -> count).",
         )
-        expected = _brute_force_pairs(corpus)
-        got_nonzero = {p: c for p, c in got.items() if c}
-        if got_nonzero != dict(expected):
-            wrong = sorted(set(got_nonzero) | set(expected), key=str)
-            diffs = [
-                (p, got_nonzero.get(p, 0), expected.get(p, 0))
-                for p in wrong
-                if got_nonzero.get(p, 0) != expected.get(p, 0)
-            ]
-            pair, mine, ref = diffs[0]
-            raise CheckFailure(
-                f"on {what}, pair {pair} counted {mine} times, expected {ref} "
-                f"({len(diffs)} pair(s) differ).",
-                "Add the word's frequency (not 1) for every adjacent position; ('a', 'a', 'a') "
-                "holds ('a', 'a') twice; a single-symbol word has no pair.",
-            )
-    expect_equal(
-        dict(student({("x</w>",): 5})),
-        {},
-        "count_pairs of one single-symbol word",
-        "A word of one symbol has no adjacent pair.",
-    )
-    expect(
-        corpus_unchanged(student),
-        "count_pairs modified its input table.",
-        "Only read word_freqs; build a new Counter.",
-    )
-
-
-def corpus_unchanged(student: Callable[[WordFreqs], object]) -> bool:
-    corpus = CORPORA["the toy corpus"]
-    snapshot = dict(corpus)
-    student(corpus)
-    return corpus == snapshot
+        nonzero = {p: c for p, c in got.items() if c}
+        if nonzero == expected:
+            continue
+        diffs = [
+            (p, nonzero.get(p, 0), expected.get(p, 0))
+            for p in sorted(set(nonzero) | set(expected), key=str)
+            if nonzero.get(p, 0) != expected.get(p, 0)
+        ]
+        pair, mine, ref = diffs[0]
+        raise CheckFailure(
+            f"on {what}, pair {pair} counted {mine} times, expected {ref} "
+            f"({len(diffs)} pair(s) differ).",
+            "A word that occurs f times adds f for every position where the pair occurs in it; "
+            "('a', 'a', 'a') holds ('a', 'a') twice; a word of one symbol has no pair.",
+        )
 
 
 # --- Exercise 1.2 -----------------------------------------------------------------------
@@ -168,25 +161,24 @@ MERGE_CASES: list[tuple[Symbols, Pair, Symbols]] = [
 @exercise_check(
     "Exercise 1.2",
     "merge one pair",
-    hint="Scan with an index i; when (symbols[i], symbols[i + 1]) == pair append the fused "
-    "symbol and skip 2 positions, otherwise append symbols[i] and move by 1; return a tuple.",
+    hint="Scan left to right with an index and decide at each position whether the pair starts "
+    "there; a symbol that was fused is not looked at again. Compare whole symbols.",
 )
-def merge_pair(student: Callable[[Symbols, Pair], Symbols]) -> None:
+def merge_pair(student_merge_pair: Callable[[Symbols, Pair], Any]) -> None:
     """Compare with hand-worked cases, including overlapping runs and look-alike symbols."""
     for symbols, pair, expected in MERGE_CASES:
         what = f"merge_pair({symbols}, {pair})"
-        got = student(symbols, pair)
+        got = call(what, student_merge_pair, symbols, pair, names=("symbols", "pair"))
         expect(
             isinstance(got, tuple),
-            f"{what} returned a {type(got).__name__}, expected a tuple.",
-            "Return tuple(merged): the result is used as a dictionary key.",
+            f"{what} returned a {type(got).__name__}; the exercise asks for a tuple (the "
+            "result is used as a dictionary key).",
         )
-        expect_equal(
-            got,
-            expected,
-            what,
+        expect(
+            got == expected,
+            f"{what}: got {got!r}, expected {expected!r}.",
             "Merge left to right without reusing a symbol (('a','a','a') -> ('aa','a')), "
-            "and compare whole symbols, not substrings of the joined text.",
+            "and compare whole symbols, not pieces of the joined text.",
         )
 
 
@@ -196,60 +188,65 @@ def merge_pair(student: Callable[[Symbols, Pair], Symbols]) -> None:
 @exercise_check(
     "Exercise 1.3",
     "learn BPE merges",
-    hint="Each step: pairs = count_pairs(word_freqs); stop if empty; best = min(pairs, "
-    "key=lambda p: (-pairs[p], p)); record it; rewrite every word with merge_pair.",
+    hint="Follow the exercise's two rules (tie-break, stopping) and count again after every "
+    "merge, on the rewritten table.",
 )
-def learn_bpe(student: Callable[..., list[Pair]]) -> None:
-    """Replay the student's merges and verify each one against a brute-force recount."""
-    for what, corpus in CORPORA.items():
-        expected = _learn(corpus, 12)
-        got = student(_copy(corpus), 12)
-        expect(isinstance(got, list), f"learn_bpe should return a list, got {type(got).__name__}.")
-        current = dict(corpus)
+def learn_bpe(student_learn_bpe: Callable[..., Any]) -> None:
+    """Compare the merges with the stored ones, step by step; the corpus must stay as it was."""
+    cases = [
+        (c.what, _freqs(c.text), 12, [(_pair(p), n, t) for p, n, t in c.merges]) for c in BPE_CASES
+    ]
+    cases += [
+        ("the toy corpus, 0 merges asked", _freqs(BPE_CASES[0].text), 0, []),
+        ("a corpus of one two-letter word, 5 merges asked", {("a", "b</w>"): 3}, 5,
+         [(("a", "b</w>"), 3, 1)]),
+    ]  # fmt: skip
+    for what, corpus, num_merges, expected in cases:
+        got = call(
+            f"learn_bpe on {what}",
+            student_learn_bpe,
+            corpus,
+            num_merges,
+            names=("word_freqs", "num_merges"),
+        )
+        expect(
+            isinstance(got, list),
+            f"learn_bpe on {what} returned a {type(got).__name__}; the exercise asks for the "
+            "list of merges.",
+        )
         for step, pair in enumerate(got):
-            counts = _brute_force_pairs(current)
+            pair = tuple(pair) if isinstance(pair, list | tuple) else pair
             expect(
-                bool(counts),
+                step < len(expected),
                 f"on {what}, merge {step + 1} ({pair!r}) was learned although no pair was "
                 "left: every word is already a single symbol.",
-                "Stop (break) as soon as count_pairs returns nothing.",
+                "The exercise's stopping rule: stop as soon as no pair is left.",
             )
-            best = _best(counts)
-            if tuple(pair) != best:
-                top = max(counts.values())
-                tied = sorted(p for p, c in counts.items() if c == top)
+            best, count, tied = expected[step]
+            if pair != best:
                 reason = (
-                    f"{len(tied)} pairs are tied at count {top} and the smallest in "
-                    f"lexicographic order is {best}"
-                    if len(tied) > 1 and tuple(pair) in tied
-                    else f"its count is {counts.get(tuple(pair), 0)}, but {best} occurs {top} times"
+                    f"{tied} pairs share the top count {count}, and the exercise's tie rule "
+                    f"picks {best}"
+                    if tied > 1
+                    else f"{best} is the only pair with the top count {count}"
                 )
                 raise CheckFailure(
-                    f"on {what}, merge {step + 1} should be {best}, got {tuple(pair)}: {reason}.",
-                    "Recount after every merge, weight pairs by word frequency, and break "
-                    "ties with min(pairs, key=lambda p: (-pairs[p], p)).",
+                    f"on {what}, merge {step + 1} should be {best}, got {pair}: {reason}.",
+                    "Count with each word's frequency, recount on the rewritten table after "
+                    "every merge, and break ties as the exercise's rule says.",
                 )
-            current = {_merge(s, best): f for s, f in current.items()}
         expect(
             len(got) == len(expected),
-            f"on {what}, learn_bpe(..., 12) returned {len(got)} merges, expected "
-            f"{len(expected)}"
-            + (" (the corpus runs out of pairs earlier)." if len(expected) < 12 else "."),
+            f"on {what}, learn_bpe returned {len(got)} merges, expected {len(expected)}"
+            + (" (the corpus runs out of pairs earlier)." if len(expected) < num_merges else "."),
             "Learn exactly num_merges merges, unless no pair is left.",
         )
-    expect_equal(student(_copy(CORPORA["the toy corpus"]), 0), [], "learn_bpe(corpus, 0)")
-    expect_equal(
-        student({("a", "b</w>"): 3}, 5),
-        [("a", "b</w>")],
-        "learn_bpe on a corpus of one two-letter word, 5 merges asked",
-        "After one merge no pair is left: stop and return what you have.",
-    )
 
 
 # --- Exercise 1.4 -----------------------------------------------------------------------
 
 
-def _hf_encoder(merges: Sequence[Pair], alphabet: set[str]):
+def _hf_encoder(merges: Sequence[Pair], alphabet: set[str]) -> Callable[[str], list[str]]:
     """A Hugging Face BPE model with exactly these merges (our </w> convention)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -267,185 +264,243 @@ def _hf_encoder(merges: Sequence[Pair], alphabet: set[str]):
 
 
 ENCODE_WORDS = [
-    "low",
-    "lowest",
-    "slower",
-    "newer",
-    "renew",
-    "wolf",
-    "lol",
-    "o",
-    "ww",
-    "lowlowlow",
-    "nene",
-    "abab",
-    "abc",
-    "cab",
-    "aaaaaaa",
-    "thence",
-    "cats",
-    "at",
-]
+    "low", "lowest", "slower", "newer", "renew", "wolf", "lol", "o", "ww", "lowlowlow", "nene",
+    "abab", "abc", "cab", "aaaaaaa", "thence", "cats", "at",
+]  # fmt: skip
+
+# The merges learned from "low lower lowest newer newest new low low new abab abc aaaa the cat
+# at" (23: the corpus runs out of pairs), then hand-made lists where a merge made late would
+# shadow an earlier one: replaying them out of order, or matching the longest known piece,
+# gives a different split.
+ENCODE_MERGES = [
+    [_pair(p) for p in (
+        "l o", "n e", "w e", "lo w</w>", "a a", "a b", "a t</w>", "lo we", "ne w</w>", "ne we",
+        "s t</w>", "a a</w>", "a b</w>", "aa aa</w>", "ab ab</w>", "ab c</w>", "c at</w>",
+        "h e</w>", "lowe r</w>", "lowe st</w>", "newe r</w>", "newe st</w>", "t he</w>",
+    )],
+    [("b", "c</w>"), ("a", "b")],
+    [("a", "b"), ("ab", "ab"), ("b", "a"), ("a", "b</w>"), ("abab", "ab</w>")],
+    [("a", "a"), ("aa", "a"), ("aa", "aa"), ("a", "a</w>")],
+    [],
+]  # fmt: skip
 
 
 @exercise_check(
     "Exercise 1.4",
     "encode a word with BPE",
-    hint="symbols = word_to_symbols(word); for pair in merges: symbols = merge_pair(symbols, "
-    "pair); return list(symbols). Apply the merges in the order they were learned.",
+    hint="Start from the word's characters, the last one marked with '</w>', and replay every "
+    "merge in the order it was learned, each on the whole word.",
 )
-def bpe_encode(student: Callable[[str, list[Pair]], list[str]]) -> None:
+def bpe_encode(student_bpe_encode: Callable[[str, list[Pair]], Any]) -> None:
     """Compare with Hugging Face's BPE model holding the same merges, and check round trips."""
-    corpus = _freqs("low lower lowest newer newest new low low new abab abc aaaa the cat at")
-    learned = _learn(corpus, 25)
-    # Hand-made merge lists where a merge made late would shadow an earlier one: replaying
-    # them out of order, or matching the longest known piece, gives a different split.
-    handmade = [
-        [("b", "c</w>"), ("a", "b")],
-        [("a", "b"), ("ab", "ab"), ("b", "a"), ("a", "b</w>"), ("abab", "ab</w>")],
-        [("a", "a"), ("aa", "a"), ("aa", "aa"), ("a", "a</w>")],
-    ]
-    for merges in [learned, *handmade, []]:
-        alphabet = {c for w in ENCODE_WORDS for c in w} | {c + END for w in ENCODE_WORDS for c in w}
+    alphabet = {c for w in ENCODE_WORDS for c in w} | {c + END for w in ENCODE_WORDS for c in w}
+    names = ("word", "merges")
+    for merges in ENCODE_MERGES:
         reference = _hf_encoder(merges, alphabet)
+        shown = f"{merges[:4]}" + ("..." if len(merges) > 4 else "")
         for word in ENCODE_WORDS:
-            what = f"bpe_encode({word!r}, merges) with merges {merges[:4]}" + (
-                "..." if len(merges) > 4 else ""
-            )
-            got = student(word, list(merges))
+            what = f"bpe_encode({word!r}, merges) with merges {shown}"
+            got = call(what, student_bpe_encode, word, list(merges), names=names)
             expect(
                 isinstance(got, list),
-                f"{what} returned a {type(got).__name__}, expected a list of pieces "
-                "(the docstring promises list[str]).",
-                "End with `return list(symbols)`: merge_pair works on tuples, the encoder "
-                "returns a list.",
+                f"{what} returned a {type(got).__name__}; the exercise asks for the list of "
+                "pieces.",
             )
-            expect_equal(
-                got,
-                reference(word),
-                what,
-                "Start from word_to_symbols(word) (the last character carries '</w>') "
-                "and apply every merge, in the learned order, to the whole word.",
+            expected = reference(word)
+            expect(
+                got == expected,
+                f"{what}: got {got!r}, expected {expected!r}.",
+                "Start from the characters of the word (the last one carries '</w>') and apply "
+                "every merge, in the learned order, to the whole word.",
             )
-    # A character no merge mentions (and the corpus never saw) stays a single symbol.
-    expect_equal(
-        list(student("zoé", learned)),
-        ["z", "o", "é</w>"],
-        "bpe_encode('zoé', merges) with characters never seen in training",
-    )
-    for word in ["lowest", "thence", "a"]:
-        pieces = student(word, learned)
-        expect_equal(
-            "".join(pieces),
-            word + END,
-            f"the pieces of {word!r} joined together",
-            "Encoding must only regroup the characters, never drop or add any.",
+    learned = ENCODE_MERGES[0]
+    for word, expected in [("zoé", ["z", "o", "é</w>"]), ("a", ["a</w>"])]:
+        what = f"bpe_encode({word!r}, merges) with characters no merge mentions"
+        got = call(what, student_bpe_encode, word, list(learned), names=names)
+        expect(
+            got == expected,
+            f"{what}: got {got!r}, expected {expected!r}.",
+            "Characters the corpus never contained stay single symbols.",
         )
 
 
 # --- Exercise 1.5 -----------------------------------------------------------------------
 
 
-def _the_embedding(module: nn.Module) -> nn.Embedding:
-    tables = [m for m in module.modules() if isinstance(m, nn.Embedding)]
-    expect(
-        len(tables) == 1,
-        f"TokenEmbedding should hold exactly one nn.Embedding, found {len(tables)}.",
-        "self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)",
-    )
-    return tables[0]
+class EmbeddingCase(NamedTuple):
+    """Constructor arguments (non-default ones included) and the id batches to embed."""
+
+    vocab_size: int
+    d_model: int
+    padding_idx: int | None
+    shapes: tuple[tuple[int, int], ...]  # (batch, length) of the id batches
+    statistics: bool = False  # large enough to test the initial distribution
+
+
+EMBEDDING_CASES = [
+    EmbeddingCase(1000, 64, 3, ((4, 9), (1, 1)), statistics=True),
+    EmbeddingCase(50, 16, 0, ((3, 7),)),  # 0 is a padding index like any other
+    EmbeddingCase(17, 9, None, ((1, 4), (2, 5))),
+    EmbeddingCase(12, 4, 11, ((2, 6),)),  # the last row
+]
+
+
+def _table_of(module: nn.Module) -> dict[str, Any]:
+    """What the exercise text names: ``self.embedding`` (an nn.Embedding) and ``self.d_model``."""
+    table = getattr(module, "embedding", None)
+    if not isinstance(table, nn.Embedding):
+        raise CheckFailure(
+            f"`self.embedding` is a {type(table).__name__}; the exercise asks for an "
+            "nn.Embedding there.",
+            "Keep the lookup table as an nn.Embedding in `self.embedding`.",
+        )
+    return {"padding_idx": table.padding_idx, "d_model": getattr(module, "d_model", None)}
+
+
+def _meta_device(module: nn.Module, ids: torch.Tensor) -> str:
+    """The output's device with a copy of the module and the ids on the meta device."""
+    try:
+        out = copy.deepcopy(module).to("meta")(ids.to("meta"))
+    except NotImplementedError as error:  # meta tensors have no data: .cpu(), .item(), ...
+        return f"an error ({str(error).splitlines()[0][:120]})"
+    return out.device.type if isinstance(out, torch.Tensor) else type(out).__name__
+
+
+def _ids(case: EmbeddingCase, shape: tuple[int, int], offset: int) -> torch.Tensor:
+    ids = torch.randint(0, case.vocab_size, shape, generator=generator(offset))
+    if case.padding_idx is not None:
+        ids[0, -1] = case.padding_idx  # padding at the end of the first sequence
+        ids[-1, 0] = case.padding_idx
+    return ids
 
 
 @exercise_check(
     "Exercise 1.5",
     "TokenEmbedding",
-    hint="self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx); "
-    "re-initialise with nn.init.normal_(weight, std=d_model ** -0.5) then zero the padding "
-    "row; forward returns self.embedding(ids) * math.sqrt(self.d_model).",
+    hint="Reread the exercise text: the table's initial distribution, the padding row (zero, "
+    "no gradient) and the factor sqrt(d_model) in forward.",
     seed=15,
 )
-def token_embedding(student_class: type[nn.Module]) -> None:
-    """Compare with F.embedding(ids, weight) * sqrt(d_model); check init, padding and grads."""
-    vocab, d_model, pad = 1000, 64, 3
-    module = student_class(vocab, d_model, padding_idx=pad)
-    table = _the_embedding(module)
-    expect_equal(
-        (table.num_embeddings, table.embedding_dim),
-        (vocab, d_model),
-        "the nn.Embedding's (num_embeddings, embedding_dim)",
-    )
-    expect_equal(
-        table.padding_idx,
-        pad,
-        "the nn.Embedding's padding_idx",
-        "Pass padding_idx=padding_idx to nn.Embedding so its row gets no gradient.",
-    )
-    expect(
-        bool((table.weight[pad] == 0).all()),
-        "the padding row of the table should be all zeros after __init__.",
-        "nn.init.normal_ overwrites the whole table, the padding row included: zero that row "
-        "again afterwards (under torch.no_grad()).",
-    )
-    rows = torch.cat([table.weight[:pad], table.weight[pad + 1 :]]).detach()
-    std = rows.std().item()
-    expect(
-        abs(std - d_model**-0.5) < 0.1 * d_model**-0.5 and abs(rows.mean().item()) < 0.01,
-        f"the table's entries have std {std:.3f}; expected N(0, 1/d_model), std "
-        f"{d_model**-0.5:.3f}, so that the scaled vectors have variance 1.",
-        "nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model ** -0.5)",
-    )
+def token_embedding(StudentTokenEmbedding: type[nn.Module]) -> None:  # noqa: N803 - a class
+    """Against F.embedding(ids, weight) * sqrt(d_model): arguments, init, padding, gradients."""
+    for number, case in enumerate(EMBEDDING_CASES):
+        vocab, d_model, pad = case.vocab_size, case.d_model, case.padding_idx
+        name = f"TokenEmbedding({vocab}, {d_model}, padding_idx={pad})"
+        arguments = {} if pad is None else {"padding_idx": pad}
+        module, state = construct(name, StudentTokenEmbedding, vocab, d_model, **arguments)
+        found = observe(f"{name}.embedding", lambda module=module: _table_of(module))
+        weight = state.get("embedding.weight")
+        expect(
+            isinstance(weight, torch.Tensor) and tuple(weight.shape) == (vocab, d_model),
+            f"{name}: the table `embedding.weight` has shape "
+            f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else None}, expected "
+            f"({vocab}, {d_model}). The property violated: constructor arguments honoured.",
+        )
+        expect(
+            found["d_model"] == d_model,
+            f"{name}: self.d_model is {found['d_model']!r}, expected {d_model}.",
+        )
+        expect(
+            found["padding_idx"] == pad,
+            f"{name}: the nn.Embedding was built with padding_idx={found['padding_idx']}, "
+            f"expected {pad}. The property violated: constructor arguments honoured"
+            + (" (0 is a valid padding index)." if pad == 0 else "."),
+            "Pass the constructor's padding_idx on to nn.Embedding unchanged.",
+        )
+        if pad is not None:
+            expect(
+                bool((weight[pad] == 0).all()),
+                f"{name}: row {pad} (the padding row) of the table is not all zeros after "
+                "__init__.",
+                "Re-initialising the table overwrites every row, the padding row included.",
+            )
+        else:
+            expect(
+                bool((weight.abs().sum(dim=1) > 0).all()),
+                f"{name}: a row of the table is all zeros although there is no padding index.",
+            )
+        if case.statistics:
+            rows = torch.cat([weight[:pad], weight[pad + 1 :]]).double()
+            std, mean = rows.std().item(), rows.mean().item()
+            expect(
+                abs(std - d_model**-0.5) < 0.1 * d_model**-0.5 and abs(mean) < 0.01,
+                f"{name}: the table's entries have mean {mean:.3f} and std {std:.3f}; the "
+                f"exercise asks for N(0, 1/d_model), std {d_model**-0.5:.3f}, so that the "
+                "scaled vectors have variance 1.",
+                "Re-initialise the whole table with the normal distribution the text gives.",
+            )
 
-    g = torch.Generator().manual_seed(16)
-    ids = torch.randint(0, vocab, (4, 9), generator=g)
-    ids[0, -3:] = pad
-    ids[2, 0] = pad
-    out = module(ids)
-    expect_shape(
-        out,
-        (4, 9, d_model),
-        "TokenEmbedding(ids of shape (4, 9))",
-        "Return one d_model vector per id: (batch, length, d_model).",
-    )
-    expected = F.embedding(ids, table.weight) * math.sqrt(d_model)
-    expect_close(
-        out,
-        expected,
-        "the output of TokenEmbedding",
-        "Multiply the looked-up rows by math.sqrt(d_model): not d_model, not 1/sqrt.",
-    )
-    expect(bool((out[ids == pad] == 0).all()), "vectors of padding ids should be all zeros.")
-    out.pow(2).sum().backward()
-    grad = table.weight.grad
-    expect(
-        grad is not None and bool((grad[pad] == 0).all()),
-        "the padding row received a gradient; it must stay zero during training.",
-        "nn.Embedding(..., padding_idx=padding_idx) blocks that gradient for you.",
-    )
-    expect(bool((grad[ids[1, 0]] != 0).any()), "rows that were looked up got no gradient.")
+        scale = math.sqrt(d_model)
+        for index, shape in enumerate(case.shapes):
+            ids = _ids(case, shape, 100 * number + index)
+            what = f"{name} on ids of shape {shape}"
+            out = call(what, module, ids, names=("token_ids",))
+            expected = F.embedding(ids, weight) * scale
+            expect_shape(out, expected.shape, what, "One d_model vector per id.")
+            expect_close(
+                out,
+                expected,
+                what,
+                f"The looked-up rows times sqrt(d_model) = {scale:.4g}.",
+            )
 
-    # No padding index, an odd size, a batch of one, float64.
-    module = student_class(17, 9)
-    table = _the_embedding(module)
-    expect(
-        table.padding_idx is None,
-        f"with padding_idx=None the nn.Embedding has padding_idx={table.padding_idx}.",
-        "Pass the padding_idx argument through; do not hard-code 0.",
-    )
-    expect(
-        bool((table.weight.abs().sum(dim=1) > 0).all()),
-        "with padding_idx=None no row of the table should be zero.",
-    )
-    ids = torch.tensor([[0, 16, 5, 0]])
-    expect_close(
-        module(ids),
-        F.embedding(ids, table.weight) * 3.0,
-        "TokenEmbedding(17, 9) on a batch of one (sqrt(9) = 3)",
-    )
-    module = module.double()
-    expect_close(
-        module(ids),
-        F.embedding(ids, table.weight) * 3.0,
-        "TokenEmbedding in float64",
-        atol=1e-12,
-        rtol=1e-10,
-    )
+        # Gradients: the rows looked up get them, scaled; the padding row gets none.
+        ids = _ids(case, case.shapes[0], 100 * number + 50)
+        got = observe(
+            f"the gradients of {name}",
+            lambda module=module, ids=ids, seed=number: gradients(
+                module, [ids], {"weight": module.embedding.weight}, seed=seed
+            ),
+        )
+        table = weight.clone().requires_grad_(True)
+        ref = gradients(
+            lambda i, t=table, p=pad, s=scale: F.embedding(i, t, padding_idx=p) * s,
+            [ids],
+            {"weight": table},
+            seed=number,
+        )
+        grad = got["parameters"]["weight"]
+        expect(
+            isinstance(grad, torch.Tensor),
+            f"{name}: no gradient reached the table. The property violated: gradients.",
+        )
+        if pad is not None:
+            expect(
+                bool((grad[pad] == 0).all()),
+                f"{name}: the padding row {pad} received a gradient; the exercise says it never "
+                "does. The property violated: no gradient where the contract says none.",
+                "nn.Embedding knows which row is padding only if it is told.",
+            )
+        expect_close(
+            grad,
+            ref["parameters"]["weight"],
+            f"the gradient of the table of {name}",
+            "Only the rows looked up get a gradient, times sqrt(d_model).",
+        )
+
+        if number == 2:  # the module follows .double() and .to(device)
+            ids = _ids(case, case.shapes[0], 100 * number + 70)
+            out64 = observe(
+                f"{name}.double() on ids of shape {tuple(ids.shape)}",
+                lambda module=module, ids=ids: copy.deepcopy(module).double()(ids),
+            )
+            expect_close(
+                out64,
+                F.embedding(ids, weight.double()) * scale,
+                f"{name}.double(): the output",
+                "Keep the table's dtype: avoid hard-coding float32 in forward.",
+                atol=1e-12,
+                rtol=1e-10,
+            )
+            try:
+                device = observe(
+                    f"{name} with the module and the ids on the meta device",
+                    lambda module=module, ids=ids: _meta_device(module, ids),
+                )
+            except StudentError as error:
+                device = f"an error ({error.message})"
+            expect(
+                device == "meta",
+                f"{name} moved to another device gave {device}, not an output on that device. The "
+                "property violated: device (the module must work where its table lives).",
+            )
