@@ -68,19 +68,19 @@ badges: setup ## Point the Colab badges at another repository: make badges REPO=
 	@test -n "$(REPO)" || { echo "usage: make badges REPO=owner/name"; exit 1; }
 	$(BIN)/python -m course.nbtools badges --repo $(REPO)
 
-progress: setup ## Your progress: a table of every exercise (DIR=notebooks, JOBS=2 by default)
+progress: setup ## Your progress, graded as make grade would (DIR=notebooks, JOBS=2 by default)
 	$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),2)
 
-grade: setup ## Grade a class: make grade SUBMISSIONS=dir OUT=dir [JOBS=2] [POINTS=points.json]
-	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [POINTS=file.json]"; exit 1; }
-	$(BIN)/python -m course.classroom grade --submissions $(SUBMISSIONS) --out $(OUT) -j $(or $(JOBS),1) $(if $(POINTS),--points $(POINTS),)
+grade: setup ## Grade a class: make grade SUBMISSIONS=dir|zip OUT=dir [JOBS=1] [TIMEOUT=s] [POINTS=json] [MANUAL=csv]
+	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [TIMEOUT=seconds per exercise] [POINTS=file.json] [MANUAL=file.csv]"; exit 1; }
+	$(BIN)/python -m course.classroom grade --submissions $(SUBMISSIONS) --out $(OUT) -j $(or $(JOBS),1) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(POINTS),--points $(POINTS),) $(if $(MANUAL),--manual $(MANUAL),)
 
 release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name]
 	@test -n "$(DIR)" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name]"; exit 1; }
 	$(BIN)/python -m course.release $(DIR) $(UPTO) $(if $(REPO),--repo $(REPO),)
 
-gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json]
-	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points $(POINTS),)
+gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json] [TIMEOUT=s]
+	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points $(POINTS),) $(if $(TIMEOUT),--timeout $(TIMEOUT),)
 
 clean: ## Remove the environment, caches and prepared data (never your notebooks)
 	rm -rf $(VENV) .pytest_cache .ruff_cache data/prepared data/downloads

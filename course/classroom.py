@@ -1,41 +1,61 @@
-"""Running the course as a class: progress, grading, feedback and Gradescope.
+"""Running the course as a class: progress, grade, feedback, written answers and Gradescope.
 
 Commands (``python -m course.classroom <command>``; the Makefile wraps them):
 
 * ``progress [--dir notebooks]``  a student's own table notebook x exercise, last line
-  ``passed: N of M exercises``. Each notebook is its own template: nothing else is read.
-* ``grade --submissions DIR --out DIR [-j N] [--points FILE]``  one folder per student;
-  writes ``OUT/grades.csv`` and ``OUT/feedback/<student>.md``. Templates: ``notebooks/``.
+  ``passed: N of M exercises``.
+* ``grade --submissions DIR --out DIR [-j N] [--points FILE] [--manual FILE] [--timeout S]``
+  a class (a folder, or a zip of it: one sub-folder, zip or notebook per student, Canvas and
+  Moodle bulk downloads too); writes ``OUT/grades.csv``, ``OUT/feedback/<student>.md`` and
+  ``OUT/written/Question_<id>.md`` (every student's written answer to one question).
 * ``gradescope --out dist/autograder.zip [--only 03,04]``  the Gradescope autograder archive.
 * ``autograde [--root /autograder]``  what the archive's ``run_autograder`` calls: grade
   ``ROOT/submission`` and write ``ROOT/results/results.json`` (root also from
   ``$COURSE_AUTOGRADER_ROOT``).
 
-The engine is :mod:`course.grading`; the statuses and limits are described there.
+``progress`` and ``grade`` are one code path: both read a hand-in with :mod:`course.handins`
+(which file is which notebook) and grade it with :func:`grade_handin` against the same
+templates (the pristine exercise notebooks), so they give the same verdicts on the same folder.
+The engine is :mod:`course.grading`; the statuses are in :mod:`course.contract`.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import json
 import os
+import re
 import stat
+import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from course import grading
-from course.grading import NOTEBOOK_NAME, PASSED, ExerciseResult
+from course import grading, handins
+from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
+from course.grading import ExerciseResult
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = ROOT / "notebooks"
-ICONS = {grading.PASSED: "✅", grading.NOT_IMPLEMENTED: "⏳"}
+NOTEBOOKS = ROOT / "notebooks"
+# A release ships pristine templates here (students edit notebooks/ in place).
+SHIPPED_TEMPLATES = ROOT / "course" / "templates"
+TEMPLATES = SHIPPED_TEMPLATES if SHIPPED_TEMPLATES.is_dir() else NOTEBOOKS
+NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.ipynb$")
+QUESTION = re.compile(r"^#+\s*Question\s+(\d+\.\d+)\b", re.MULTILINE)
+ANSWER_MARK = "**Your answer:**"
+
+
+class ConfigError(ValueError):
+    """A POINTS or MANUAL file that names an unknown exercise or student, or is malformed."""
 
 
 def notebook_paths(folder: Path) -> list[Path]:
@@ -47,9 +67,7 @@ def _threads(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
-def _parallel(
-    tasks: list[Callable[[], list[ExerciseResult]]], jobs: int
-) -> list[list[ExerciseResult]]:
+def _parallel(tasks: list[Callable[[], object]], jobs: int) -> list:
     if jobs <= 1:
         return [task() for task in tasks]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -64,34 +82,36 @@ def one_line(result: ExerciseResult) -> str:
     return text[:140]
 
 
-# --- progress ------------------------------------------------------------------------------
+def _id_key(item: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else 10**6 for x in item.split("."))
 
 
-def progress(folder: Path, jobs: int = 1, timeout_s: float = 300) -> tuple[int, int, str]:
-    """``(passed, total, table)`` for the notebooks in ``folder``, each its own template."""
-    paths = notebook_paths(folder)
-    tasks = [
-        (lambda p=p: grading.grade_file(p, p, timeout_s=timeout_s, threads=_threads(jobs)))
-        for p in paths
-    ]
-    lines = [f"{'notebook':<32} {'exercise':<8} status", "-" * 72]
-    passed = total = 0
-    for results in _parallel(tasks, jobs):
-        for r in results:
-            total += 1
-            passed += r.passed
-            if r.status == PASSED:
-                status = "✅ passed"
-            elif r.status == grading.NOT_IMPLEMENTED:
-                status = "⏳ not started"
-            else:
-                status = f"❌ {r.status}: {one_line(r)}"
-            lines.append(f"{Path(r.notebook).stem:<32} {r.exercise:<8} {status}")
-    lines.append(f"passed: {passed} of {total} exercises")
-    return passed, total, "\n".join(lines)
+# --- exercises and written questions of the templates ----------------------------------------
 
 
-# --- grading a class -----------------------------------------------------------------------
+@dataclass
+class Question:
+    """A written answer of a template: ``Question 0.2``, its prompt and its cell."""
+
+    notebook: str  # template file name
+    id: str
+    prompt: str
+    cell_id: str | None
+    heading: str
+
+
+def questions(template: nbformat.NotebookNode, name: str) -> list[Question]:
+    """The written questions of a template (markdown cells holding the answer placeholder)."""
+    found = []
+    for cell in template.cells:
+        if cell.cell_type != "markdown" or ANSWER_PLACEHOLDER not in cell.source:
+            continue
+        label = QUESTION.search(cell.source)
+        qid = label.group(1) if label else f"{name[:2].lstrip('0') or '0'}.q{len(found) + 1}"
+        prompt = cell.source.split(ANSWER_PLACEHOLDER)[0].strip()
+        heading = cell.source.strip().split("\n")[0].strip()
+        found.append(Question(name, qid, prompt, cell.get("id"), heading))
+    return found
 
 
 def all_exercises(templates: Iterable[Path]) -> list[tuple[str, str]]:
@@ -103,76 +123,373 @@ def all_exercises(templates: Iterable[Path]) -> list[tuple[str, str]]:
     ]
 
 
-def load_points(path: Path | None) -> dict[str, float]:
-    """Points per exercise id from a JSON object ``{"5.3": 2}``; the others are worth 1."""
+def all_questions(templates: Iterable[Path]) -> list[Question]:
+    return [q for p in templates for q in questions(nbformat.read(p, as_version=4), p.name)]
+
+
+def columns(templates: list[Path]) -> list[str]:
+    """grades.csv's columns between ``student`` and ``total``: exercises and questions in order."""
+    auto = {e: n for n, e in all_exercises(templates)}
+    written = {q.id: q.notebook for q in all_questions(templates)}
+    names = [p.name for p in templates]
+    every = {**auto, **written}
+    return sorted(every, key=lambda i: (names.index(every[i]), _id_key(i)))
+
+
+def _unknown(kind: str, source: Path, names: Iterable[str], known: list[str]) -> None:
+    wrong = [n for n in names if n not in known]
+    if wrong:
+        hints = [difflib.get_close_matches(n, known, 1) for n in wrong]
+        said = ", ".join(
+            f"{n!r}" + (f" (did you mean {h[0]!r}?)" if h else "")
+            for n, h in zip(wrong, hints, strict=True)
+        )
+        raise ConfigError(
+            f"{source} names {kind} {said}, which no notebook has; known: {', '.join(known)}"
+        )
+
+
+def load_points(path: Path | None, known: list[str] | None = None) -> dict[str, float]:
+    """Points per exercise or question from a JSON object ``{"5.3": 2}``; the others are 1.
+
+    With ``known`` (the exercise and question ids), an id not in it is a :class:`ConfigError`
+    that names it.
+    """
     if path is None:
         return {}
-    return {str(k): float(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        points = {str(k): float(v) for k, v in raw.items()}
+    except (OSError, ValueError, AttributeError, TypeError) as error:
+        raise ConfigError(f"{path}: not a JSON object of numbers ({error})") from None
+    if known is not None:
+        _unknown("exercise", path, points, known)
+    return points
 
 
-def find_submission(folder: Path, name: str) -> Path | None:
-    """``folder/name``, or the first file of that name below it (uploads keep sub-folders)."""
-    if (folder / name).exists():
-        return folder / name
-    found = sorted(p for p in folder.rglob(name) if "__MACOSX" not in p.parts)
-    return found[0] if found else None
+def load_manual(
+    path: Path | None, known: list[str], students: list[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """Points given by hand, from a CSV like grades.csv: ``student,0.2,1.6`` then one row each.
+
+    A column that is no exercise or question, a student not in the class, or a value that is no
+    number is a :class:`ConfigError` that names it. Empty cells are skipped.
+    """
+    if path is None:
+        return {}
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as file:
+            rows = list(csv.reader(file))
+    except OSError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    if not rows or not rows[0] or rows[0][0].strip().lower() != "student":
+        raise ConfigError(f"{path}: the first row must be `student,<exercise id>,...`")
+    header = [h.strip().removeprefix("Question ").strip() for h in rows[0][1:]]
+    ids = [h for h in header if h and h.lower() not in ("total", "comment")]
+    _unknown("exercise", path, ids, known)
+    manual: dict[str, dict[str, float]] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not row or not row[0].strip():
+            continue
+        student = row[0].strip()
+        if students is not None and student not in students:
+            close = difflib.get_close_matches(student, students, 1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{path}, row {number}: no student {student!r}{hint} in the class")
+        for item, value in zip(header, row[1:], strict=False):
+            if item not in ids or not value.strip():
+                continue
+            try:
+                manual.setdefault(student, {})[item] = float(value)
+            except ValueError:
+                raise ConfigError(
+                    f"{path}, row {number}: {value!r} for {item} is not a number"
+                ) from None
+    return manual
 
 
-def grade_student(
-    folder: Path,
+# --- grading one hand-in ---------------------------------------------------------------------
+
+
+@dataclass
+class Graded:
+    """One student's hand-in graded: engine results, the hand-in read, the written answers."""
+
+    student: str
+    results: list[ExerciseResult]
+    handin: handins.Handin
+    written: dict[str, str]  # question id -> the student's answer ("" when none)
+    seconds: float = 0.0
+
+
+def read_handin(student: str, paths: list[Path], base: Path, templates: list[Path]):
+    return handins.read_handin(student, paths, base, [p.stem for p in templates])
+
+
+def _answer_text(source: str, prompt: str) -> str:
+    text = source.replace(ANSWER_PLACEHOLDER, "").strip()
+    if ANSWER_MARK in text:
+        text = text.split(ANSWER_MARK, 1)[1]
+    elif prompt and text.startswith(prompt):
+        text = text[len(prompt) :]
+    text = text.strip()
+    return "" if text in ("", "*write it here.*") else text
+
+
+def written_answers(data: bytes | None, asked: list[Question]) -> dict[str, str]:
+    """Each question's answer in a submitted notebook: its answer cell (by id, else by heading),
+    plus the markdown cells the student added right after it."""
+    if data is None or not asked:
+        return {}
+    try:
+        notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception:  # noqa: BLE001 - an unreadable notebook answers nothing
+        return {}
+    cells = notebook.cells
+    headings = {q.heading for q in asked}
+    answers = {}
+    for q in asked:
+        index = next(
+            (i for i, c in enumerate(cells) if q.cell_id and c.get("id") == q.cell_id), None
+        )
+        if index is None or cells[index].cell_type != "markdown":
+            index = next(
+                (
+                    i
+                    for i, c in enumerate(cells)
+                    if c.cell_type == "markdown" and c.source.strip().startswith(q.heading)
+                ),
+                None,
+            )
+        if index is None:
+            answers[q.id] = ""
+            continue
+        parts = [_answer_text(cells[index].source, q.prompt)]
+        for cell in cells[index + 1 :]:  # answers typed into new cells below the question
+            if cell.cell_type != "markdown" or cell.source.strip().split("\n")[0] in headings:
+                break
+            if cell.source.lstrip().startswith("#") or ANSWER_PLACEHOLDER in cell.source:
+                break
+            parts.append(cell.source.strip())
+        answers[q.id] = "\n\n".join(p for p in parts if p)
+    return answers
+
+
+def grade_handin(
+    handin: handins.Handin,
     templates: list[Path],
     jobs: int = 1,
     timeout_s: float = grading.DEFAULT_TIMEOUT_S,
     memory_gb: float = grading.DEFAULT_MEMORY_GB,
-) -> list[ExerciseResult]:
-    """Every exercise of every template, graded from one student's folder."""
-    if not folder.is_dir():
-        message = f"the submission {folder.name!r} is not a folder of notebooks"
-        return [
-            result
-            for path in templates
-            for result in grading.unreadable(
-                nbformat.read(path, as_version=4), path.name, grading.ERROR, message
+) -> Graded:
+    """Grade the chosen file of every template; the one path of ``progress`` and ``grade``."""
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="course-handin-") as scratch:
+        tasks = []
+        for template in templates:
+            chosen = handin.chosen.get(template.stem)
+            if chosen is None and handin.problems:
+                message = f"{template.name} not found; " + "; ".join(handin.problems)
+                notebook = nbformat.read(template, as_version=4)
+                tasks.append(
+                    lambda n=notebook, t=template, m=message: grading.unreadable(
+                        n, t.name, ERROR, m
+                    )
+                )
+                continue
+            path = None
+            if chosen is not None:
+                path = Path(scratch) / template.stem / template.name
+                path.parent.mkdir()
+                path.write_bytes(chosen.data)
+            tasks.append(
+                lambda t=template, p=path: grading.grade_file(
+                    t, p, timeout_s=timeout_s, memory_gb=memory_gb, threads=_threads(jobs)
+                )
             )
-        ]
-    tasks = [
-        (
-            lambda t=t: grading.grade_file(
-                t, find_submission(folder, t.name), timeout_s, memory_gb, _threads(jobs)
-            )
+        results = [r for rs in _parallel(tasks, jobs) for r in rs]
+    written = {}
+    for template in templates:
+        asked = questions(nbformat.read(template, as_version=4), template.name)
+        chosen = handin.chosen.get(template.stem)
+        written.update(written_answers(chosen.data if chosen else None, asked))
+        written.update({q.id: written.get(q.id, "") for q in asked})
+    return Graded(handin.student, results, handin, written, round(time.time() - start, 1))
+
+
+# --- progress --------------------------------------------------------------------------------
+
+
+def pristine_templates(folder: Path, templates: list[Path], scratch: Path) -> list[Path]:
+    """The templates as released when the student works in the templates' own folder.
+
+    A student who edits ``notebooks/`` in place also edits the templates: then each template is
+    read from git's last commit when git has it (a clone), else used as it is.
+    """
+    if not templates or templates[0].parent.resolve() != folder.resolve():
+        return templates
+    out = []
+    for path in templates:
+        try:
+            relative = path.resolve().relative_to(ROOT)
+            shown = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"HEAD:{relative.as_posix()}"],
+                capture_output=True,
+                timeout=30,
+                check=True,
+            ).stdout
+            nbformat.reads(shown.decode("utf-8"), as_version=4)
+        except (ValueError, OSError, subprocess.SubprocessError, UnicodeDecodeError):
+            out.append(path)
+            continue
+        copy = scratch / path.name
+        copy.write_bytes(shown)
+        out.append(copy)
+    return out
+
+
+def progress(
+    folder: Path,
+    jobs: int = 1,
+    timeout_s: float = grading.DEFAULT_TIMEOUT_S,
+    templates_dir: Path | None = None,
+) -> tuple[int, int, str]:
+    """``(passed, total, table)``: ``folder`` graded exactly as ``make grade`` grades a hand-in."""
+    with tempfile.TemporaryDirectory(prefix="course-templates-") as scratch:
+        templates = pristine_templates(
+            folder, notebook_paths(templates_dir or TEMPLATES), Path(scratch)
         )
-        for t in templates
-    ]
-    return [r for results in _parallel(tasks, jobs) for r in results]
+        base = folder if folder.is_dir() else folder.parent  # a folder, a zip or one notebook
+        handin = read_handin("you", [folder], base, templates)
+        graded = grade_handin(handin, templates, jobs, timeout_s)
+    lines = [f"{'notebook':<32} {'exercise':<8} status", "-" * 72]
+    passed = total = 0
+    for r in graded.results:
+        total += 1
+        passed += r.passed
+        if r.status == PASSED:
+            status = "✅ passed"
+        elif r.status == NOT_IMPLEMENTED:
+            status = "⏳ not started"
+        else:
+            status = f"❌ {r.status}: {one_line(r)}"
+        lines.append(f"{Path(r.notebook).stem:<32} {r.exercise:<8} {status}")
+    for qid, answer in sorted(graded.written.items(), key=lambda x: _id_key(x[0])):
+        state = "answered" if answer else "not answered yet"
+        lines.append(f"{'(written)':<32} {qid:<8} ✍ {state} (graded by your instructor)")
+    for stem, note in graded.handin.notes.items():
+        lines.append(f"note: {stem}: {note}")
+    lines += [f"note: {p}" for p in graded.handin.problems]
+    lines.append(f"passed: {passed} of {total} exercises")
+    return passed, total, "\n".join(lines)
+
+
+# --- grading a class -------------------------------------------------------------------------
 
 
 def points_of(result: ExerciseResult, points: dict[str, float]) -> float:
     return points.get(result.exercise, 1.0) if result.passed else 0.0
 
 
-def feedback(student: str, results: list[ExerciseResult], points: dict[str, float]) -> str:
-    """A student's feedback in Markdown: every check's own message, grouped by notebook."""
-    earned = sum(points_of(r, points) for r in results)
-    possible = sum(points.get(r.exercise, 1.0) for r in results)
-    lines = [f"# Feedback for {student}", "", f"**Total: {earned:g} of {possible:g} points.**"]
+def _max(item: str, points: dict[str, float]) -> float:
+    return points.get(item, 1.0)
+
+
+def feedback(
+    graded: Graded,
+    points: dict[str, float],
+    manual: dict[str, float] | None = None,
+    asked: list[Question] | None = None,
+) -> str:
+    """A student's feedback in Markdown: which files were graded, every check's own message
+    and every written answer, grouped by notebook."""
+    manual = manual or {}
+    results, asked = graded.results, asked or []
+    earned = _earned(graded, points, manual)
+    possible = sum(_max(r.exercise, points) for r in results)
+    possible += sum(_max(q.id, points) for q in asked)
+    lines = [
+        f"# Feedback for {graded.student}",
+        "",
+        f"**Total: {earned:g} of {possible:g} points.**",
+    ]
+    pending = [q.id for q in asked if q.id not in manual]
+    if pending:
+        lines.append(f"(Written answers {', '.join(pending)} are still to be graded by hand.)")
+    handin = graded.handin
+    if handin.problems or handin.ignored:
+        lines += ["", "## Your hand-in", ""]
+        lines += [f"- {p}" for p in handin.problems]
+        lines += [
+            f"- `{w}` was not graded: it is no notebook of this course" for w in handin.ignored
+        ]
     for notebook in dict.fromkeys(r.notebook for r in results):
         mine = [r for r in results if r.notebook == notebook]
         lines += ["", f"## {Path(notebook).stem}", ""]
+        note = handin.notes.get(Path(notebook).stem)
+        if note:
+            lines += [f"*File:* {note}", ""]
         same = {(r.status, r.message) for r in mine}
-        if len(same) == 1 and mine[0].status in (grading.MISSING, grading.ERROR):
+        if len(same) == 1 and mine[0].status in (MISSING, ERROR):
             lines.append(f"- All {len(mine)} exercises ({mine[0].status}): {mine[0].message}")
-            continue
-        for r in mine:
-            lines += _feedback_item(r, points)
+        else:
+            for r in mine:
+                lines += _feedback_item(r, points, manual)
+        for q in (q for q in asked if q.notebook == notebook):
+            lines += _written_item(q, graded.written.get(q.id, ""), points, manual)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _feedback_item(r: ExerciseResult, points: dict[str, float]) -> list[str]:
+def _earned(graded: Graded, points: dict[str, float], manual: dict[str, float]) -> float:
+    auto = sum(manual.get(r.exercise, points_of(r, points)) for r in graded.results)
+    ids = {r.exercise for r in graded.results}
+    return auto + sum(v for k, v in manual.items() if k not in ids)
+
+
+def _feedback_item(
+    r: ExerciseResult, points: dict[str, float], manual: dict[str, float]
+) -> list[str]:
     """One exercise in the feedback: status, points and the check's own message."""
-    head = f"- **Exercise {r.exercise}** ({r.status}, {points_of(r, points):g} of "
-    head += f"{points.get(r.exercise, 1.0):g}):"
+    got = manual.get(r.exercise, points_of(r, points))
+    by_hand = " set by hand" if r.exercise in manual else ""
+    head = f"- **Exercise {r.exercise}** ({r.status}, {got:g}{by_hand} of "
+    head += f"{_max(r.exercise, points):g}):"
     body = [f"  > {x}" for x in r.message.strip().splitlines()]
     return [head, *body, ""]
+
+
+def _written_item(
+    q: Question, answer: str, points: dict[str, float], manual: dict[str, float]
+) -> list[str]:
+    score = f"{manual[q.id]:g} of {_max(q.id, points):g}" if q.id in manual else "to be graded"
+    head = f"- **Question {q.id}** (written, {score}):"
+    body = [f"  > {x}" for x in (answer or "*(no answer)*").splitlines()]
+    return [head, *body, ""]
+
+
+def write_written(out: Path, graded: list[Graded], asked: list[Question]) -> list[Path]:
+    """``OUT/written/Question_<id>.md``: one question, every student's answer, to read and grade."""
+    folder = out / "written"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for q in asked:
+        lines = [f"# Question {q.id} ({Path(q.notebook).stem})", ""]
+        lines += [f"> {x}" if x else ">" for x in q.prompt.splitlines()[1:]] + [""]
+        for g in graded:
+            answer = g.written.get(q.id, "")
+            lines += [f"## {g.student}", "", answer or "*(no answer)*", ""]
+        path = folder / f"Question_{q.id}.md"
+        path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def class_handins(submissions: Path, templates: list[Path]) -> list[handins.Handin]:
+    """Every student's hand-in in a class folder."""
+    return [
+        read_handin(student, paths, submissions, templates)
+        for student, paths in handins.students(submissions).items()
+    ]
 
 
 def grade_class(
@@ -184,54 +501,90 @@ def grade_class(
     timeout_s: float = grading.DEFAULT_TIMEOUT_S,
     memory_gb: float = grading.DEFAULT_MEMORY_GB,
     log: Callable[[str], None] = print,
+    manual_file: Path | None = None,
 ) -> dict[str, list[ExerciseResult]]:
-    """Grade every student folder in ``submissions``; write grades.csv and feedback/."""
+    """Grade every hand-in in ``submissions``; write grades.csv, feedback/ and written/.
+
+    POINTS and MANUAL are checked first: a file naming an unknown exercise (or, for MANUAL, an
+    unknown student) raises :class:`ConfigError` before anything is graded.
+    """
     templates = notebook_paths(templates_dir)
-    points = load_points(points_file)
-    columns = [exercise for _, exercise in all_exercises(templates)]
-    students = sorted(p for p in submissions.iterdir() if not p.name.startswith((".", "__")))
-    (out / "feedback").mkdir(parents=True, exist_ok=True)
-    # Parallelism over students, then over each student's notebooks.
-    per_student = max(1, jobs // max(1, len(students))) if len(students) < jobs else 1
+    items = columns(templates)
+    asked = all_questions(templates)
+    points = load_points(points_file, items)
+    with tempfile.TemporaryDirectory(prefix="course-class-") as unpacked:
+        if submissions.is_file():  # the whole class as one zip (an LMS bulk download)
+            submissions = _unpack_class(submissions, Path(unpacked))
+        everyone = class_handins(submissions, templates)
+        manual = load_manual(manual_file, items, [h.student for h in everyone])
+        (out / "feedback").mkdir(parents=True, exist_ok=True)
+        # Parallelism over students, then over each student's notebooks.
+        per_student = max(1, jobs // max(1, len(everyone))) if len(everyone) < jobs else 1
 
-    def one(student: Path) -> list[ExerciseResult]:
-        start = time.time()
-        results = grade_student(student, templates, per_student, timeout_s, memory_gb)
-        for name in dict.fromkeys(r.notebook for r in results):
-            mine = [r for r in results if r.notebook == name]
-            if mine[0].seconds:
-                passed = sum(r.passed for r in mine)
-                log(f"  {student.name} {name}: {passed} of {len(mine)} ({mine[0].seconds:.0f} s)")
-        score = sum(points_of(r, points) for r in results)
-        log(
-            f"{student.name}: {score:g} of {len(results)} exercises passed ({time.time() - start:.0f} s)"
-        )
-        return results
+        def one(handin: handins.Handin) -> Graded:
+            graded = grade_handin(handin, templates, per_student, timeout_s, memory_gb)
+            score = _earned(graded, points, manual.get(handin.student, {}))
+            log(
+                f"{handin.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
+                f"{len(graded.results)} exercises passed ({graded.seconds:.0f} s)"
+            )
+            return graded
 
-    graded = dict(
-        zip(students, _parallel([lambda s=s: one(s) for s in students], jobs), strict=True)
-    )
+        graded = _parallel([lambda h=h: one(h) for h in everyone], jobs)
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
-        writer.writerow(["student", *columns, "total"])
-        for student, results in graded.items():
-            by_id = {r.exercise: points_of(r, points) for r in results}
-            row = [by_id.get(c, 0.0) for c in columns]
-            writer.writerow([student.name, *[f"{x:g}" for x in row], f"{sum(row):g}"])
-            text = feedback(student.name, results, points)
-            (out / "feedback" / f"{student.name}.md").write_text(text, encoding="utf-8")
-    return {student.name: results for student, results in graded.items()}
+        writer.writerow(["student", *items, "total"])
+        for g in graded:
+            mine = manual.get(g.student, {})
+            by_id: dict[str, float | None] = {q.id: None for q in asked}
+            by_id.update({r.exercise: points_of(r, points) for r in g.results})
+            by_id.update(mine)
+            row = [by_id.get(c) for c in items]
+            cells = ["" if x is None else f"{x:g}" for x in row]
+            writer.writerow([g.student, *cells, f"{sum(x or 0 for x in row):g}"])
+            text = feedback(g, points, mine, asked)
+            (out / "feedback" / f"{_safe(g.student)}.md").write_text(text, encoding="utf-8")
+    write_written(out, graded, asked)
+    return {g.student: g.results for g in graded}
 
 
-# --- Gradescope ----------------------------------------------------------------------------
+def _safe(name: str) -> str:
+    return re.sub(r"[/\\\x00]", "_", name)
+
+
+def _unpack_class(archive: Path, into: Path) -> Path:
+    """A class zip (e.g. Canvas's submissions.zip) written out safely, notebooks and zips only."""
+    problems: list[str] = []
+    found = handins.read_zip(
+        archive.read_bytes(), archive.name, handins._Budget(), problems, expand=False
+    )
+    if problems and not found:
+        raise ConfigError("; ".join(problems))
+    for f in found:
+        inner = f.where.split(":", 1)[1]
+        target = into / inner.replace("\\", "/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.data)
+        os.utime(target, (f.modified, f.modified))
+    return into
+
+
+# --- Gradescope ------------------------------------------------------------------------------
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
 set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
 apt-get install -y python3.11 python3.11-venv
 python3.11 -m venv /autograder/venv
-/autograder/venv/bin/python -m pip install --quiet -r /autograder/source/requirements.txt
-/autograder/venv/bin/python -m pip install --quiet --no-deps -e /autograder/source
+PIP="/autograder/venv/bin/python -m pip install --quiet"
+# CPU-only torch from PyTorch's CPU wheel index (the default wheel pulls GBs of CUDA libraries),
+# at the version requirements.txt pins; the next line then finds it already installed.
+$PIP --index-url https://download.pytorch.org/whl/cpu \\
+  "torch==$(sed -n 's/^torch==//p' /autograder/source/requirements.txt)"
+$PIP -r /autograder/source/requirements.txt
+$PIP --no-deps -e /autograder/source
 # Prepare the datasets now (the image has a network while it is built); the checks themselves
 # need none, and without them the notebooks fall back to the bundled samples.
 /autograder/venv/bin/python -m course.data prepare || echo "datasets not prepared: samples will be used"
@@ -246,14 +599,17 @@ cd "$ROOT/source" && exec "$PYTHON" -m course.classroom autograde --root "$ROOT"
 
 
 def build_gradescope(
-    out: Path, only: list[str] | None = None, points_file: Path | None = None
+    out: Path,
+    only: list[str] | None = None,
+    points_file: Path | None = None,
+    timeout_s: float = grading.DEFAULT_TIMEOUT_S,
 ) -> Path:
     """Write the autograder zip: setup.sh, run_autograder, and the course (no solutions)."""
     templates = [p for p in notebook_paths(TEMPLATES) if not only or p.name[:2] in only]
     config = {
         "notebooks": [p.name for p in templates],
-        "points": load_points(points_file),
-        "timeout_s": grading.DEFAULT_TIMEOUT_S,
+        "points": load_points(points_file, columns(templates)),
+        "timeout_s": timeout_s,
         "memory_gb": grading.DEFAULT_MEMORY_GB,
     }
     files: dict[str, Path | str] = {"setup.sh": SETUP_SH, "run_autograder": RUN_AUTOGRADER}
@@ -261,7 +617,8 @@ def build_gradescope(
     for name in ("requirements.txt", "pyproject.toml", "LICENSE", "data/README.md"):
         files[name] = ROOT / name
     for path in sorted((ROOT / "course").rglob("*.py")):
-        files[str(path.relative_to(ROOT))] = path
+        if "templates" not in path.relative_to(ROOT).parts:
+            files[str(path.relative_to(ROOT))] = path
     for path in sorted((ROOT / "data" / "samples").rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             files[str(path.relative_to(ROOT))] = path
@@ -286,24 +643,27 @@ def autograde(root: Path) -> dict:
     templates = [source / "notebooks" / name for name in config["notebooks"]]
     points = {str(k): float(v) for k, v in config["points"].items()}
     start = time.time()
-    results = grade_student(
-        root / "submission", templates, 1, config["timeout_s"], config["memory_gb"]
-    )
+    submission = root / "submission"
+    handin = read_handin("submission", [submission], submission, templates)
+    graded = grade_handin(handin, templates, 1, config["timeout_s"], config["memory_gb"])
+    results = graded.results
     tests = [
         {
             "name": f"Exercise {r.exercise} ({Path(r.notebook).stem})",
             "score": points_of(r, points),
-            "max_score": points.get(r.exercise, 1.0),
+            "max_score": _max(r.exercise, points),
             "status": "passed" if r.passed else "failed",
             "output": f"{r.status}: {r.message}".strip(),
             "visibility": "visible",
         }
         for r in results
     ]
+    notes = [*handin.problems, *(f"{k}: {v}" for k, v in handin.notes.items())]
     report = {
         "score": sum(t["score"] for t in tests),
         "execution_time": round(time.time() - start),
-        "output": f"{sum(r.passed for r in results)} of {len(results)} exercises passed.",
+        "output": f"{sum(r.passed for r in results)} of {len(results)} exercises passed."
+        + "".join(f"\n{n}" for n in notes),
         "stdout_visibility": "hidden",
         "tests": tests,
     }
@@ -312,7 +672,7 @@ def autograde(root: Path) -> dict:
     return report
 
 
-# --- command line --------------------------------------------------------------------------
+# --- command line ----------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,52 +681,61 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("progress", help="a student's progress table")
-    p.add_argument("--dir", type=Path, default=TEMPLATES)
+    p.add_argument("--dir", type=Path, default=NOTEBOOKS)
+    p.add_argument("--templates", type=Path, default=TEMPLATES)
     p.add_argument("-j", "--jobs", type=int, default=1)
-    g = sub.add_parser("grade", help="grade a folder of student folders")
+    g = sub.add_parser("grade", help="grade a folder (or zip) of hand-ins")
     g.add_argument("--submissions", type=Path, required=True)
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--templates", type=Path, default=TEMPLATES)
     g.add_argument("-j", "--jobs", type=int, default=1)
     g.add_argument("--points", type=Path, default=None, help='JSON {"5.3": 2}; default 1 each')
+    g.add_argument("--manual", type=Path, default=None, help="CSV student,<id>,...: hand points")
     g.add_argument(
-        "--timeout", type=float, default=grading.DEFAULT_TIMEOUT_S, help="s per notebook"
+        "--timeout", type=float, default=grading.DEFAULT_TIMEOUT_S, help="seconds per exercise"
     )
     g.add_argument("--memory-gb", type=float, default=grading.DEFAULT_MEMORY_GB)
     s = sub.add_parser("gradescope", help="write the Gradescope autograder archive")
     s.add_argument("--out", type=Path, default=ROOT / "dist" / "autograder.zip")
     s.add_argument("--only", default="", help="notebook numbers to grade, e.g. 03,04")
     s.add_argument("--points", type=Path, default=None)
+    s.add_argument("--timeout", type=float, default=grading.DEFAULT_TIMEOUT_S)
     a = sub.add_parser("autograde", help="(inside Gradescope) grade /autograder/submission")
     a.add_argument(
         "--root", type=Path, default=Path(os.environ.get("COURSE_AUTOGRADER_ROOT", "/autograder"))
     )
     args = parser.parse_args(argv)
-    if args.command == "progress":
-        if not notebook_paths(args.dir):
-            print(f"no course notebooks (NN_name.ipynb) in {args.dir}", file=sys.stderr)
-            return 2
-        print(progress(args.dir, args.jobs)[2])
-    elif args.command == "grade":
-        start = time.time()
-        graded = grade_class(
-            args.submissions,
-            args.out,
-            args.templates,
-            args.jobs,
-            args.points,
-            args.timeout,
-            args.memory_gb,
-        )
-        print(
-            f"graded {len(graded)} submissions in {time.time() - start:.0f} s: {args.out / 'grades.csv'}"
-        )
-    elif args.command == "gradescope":
-        only = [x.strip().zfill(2) for x in args.only.split(",") if x.strip()]
-        print(f"wrote {build_gradescope(args.out, only, args.points)}")
-    elif args.command == "autograde":
-        report = autograde(args.root)
-        print(report["output"])
+    try:
+        if args.command == "progress":
+            if not args.dir.exists():
+                print(f"{args.dir} does not exist", file=sys.stderr)
+                return 2
+            print(progress(args.dir, args.jobs, templates_dir=args.templates)[2])
+        elif args.command == "grade":
+            start = time.time()
+            graded = grade_class(
+                args.submissions,
+                args.out,
+                args.templates,
+                args.jobs,
+                args.points,
+                args.timeout,
+                args.memory_gb,
+                manual_file=args.manual,
+            )
+            print(
+                f"graded {len(graded)} hand-ins in {time.time() - start:.0f} s: "
+                f"{args.out / 'grades.csv'}, feedback/, written/"
+            )
+        elif args.command == "gradescope":
+            only = [x.strip().zfill(2) for x in args.only.split(",") if x.strip()]
+            print(f"wrote {build_gradescope(args.out, only, args.points, args.timeout)}")
+        elif args.command == "autograde":
+            report = autograde(args.root)
+            print(report["output"])
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

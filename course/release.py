@@ -1,13 +1,15 @@
 """A student copy of the course up to one notebook: ``python -m course.release DIR UPTO``.
 
 The copy holds notebooks 00..UPTO (the exercise versions, badges and setup cells pointing at
-``--repo``), the ``course`` package with ``course/nn.py`` rebuilt from the solutions *before*
-UPTO only and the checks of the released notebooks only, the data README and samples, the tests
-that make sense without solutions, and a README and Makefile of its own. No ``solutions/``.
+``--repo``), the same notebooks untouched in ``course/templates/`` (what ``make progress``
+grades against, as the instructor's ``make grade`` does), the ``course`` package with
+``course/nn.py`` rebuilt from the solutions *before* UPTO only and the checks of the released
+notebooks only, the data README and samples, the tests that make sense without solutions, and
+a README and Makefile of its own. No ``solutions/`` and no ``tests/test_checks_nbKK.py`` (they
+hold correct implementations of the exercises).
 
-What still leaks, by design: ``course/nn.py`` holds the answers of the notebooks before UPTO
-(later notebooks import them), and ``tests/test_checks_nbKK.py`` for those notebooks holds
-reference implementations of their exercises.
+What it still contains by design: ``course/nn.py`` holds the answers of the notebooks before
+UPTO (later notebooks import them).
 """
 
 from __future__ import annotations
@@ -62,27 +64,43 @@ code, run the cell, then run the check cell after it. Keep your answer inside th
 ## What this copy contains
 
 - `notebooks/`: notebooks 00 to {upto}.
-- `course/`: the helper package. `course/nn.py` holds the modules that later notebooks import,
-  built from the *answers* of notebooks {before}: by design, this copy contains those earlier
-  answers (and `tests/` contains reference implementations for them). Notebook {upto}'s own
-  answers are not here.
+- `course/`: the helper package. `course/nn.py` holds the modules that later notebooks
+  import, built from the *answers* of notebooks {before}: by design, this copy contains those
+  earlier answers, and nothing else of an answer. Notebook {upto}'s own answers are not here,
+  and the checks in `course/checks/` compare your code with PyTorch's own layers, formulas and
+  stored values, not with an implementation of the exercise.
+- `course/templates/`: the notebooks as released, untouched. `make progress` grades your
+  `notebooks/` against them exactly as your instructor's `make grade` does (your answer cells,
+  and the cells you added, in your notebook; the check cells from the template). Do not edit
+  them.
 - `data/`: the data README and small samples; `make data` (needs a network) prepares the full
   datasets, and without them the notebooks fall back to the samples.
-- `tests/`: `make test` runs the package's own tests.
+- `tests/`: `make test` runs the package's own tests (no tests of the exercises: those hold
+  correct implementations).
+
+In a container where you are root, `make lab` adds `--allow-root` itself. `make setup TORCH=cpu`
+installs the CPU-only torch (no CUDA libraries).
 """
 
 MAKEFILE = """# Student copy of the course: `make setup`, `make lab`, `make progress`, `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 BIN    := .venv/bin
+# TORCH=cpu installs torch from PyTorch's CPU-only wheel index (no CUDA libraries on Linux),
+# as the course's own Makefile does; another value names another of its indexes (TORCH=cu128).
+TORCH  ?=
+TORCH_INDEX   := https://download.pytorch.org/whl/$(TORCH)
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.txt)
 .PHONY: setup lab progress test data
 
 setup:
+\t@test -n "$(PYTHON)" || { echo "Python 3.11 not found: make setup PYTHON=/path/to/python3.11"; exit 1; }
 \t@test -x $(BIN)/python || $(PYTHON) -m venv .venv
+\t$(if $(TORCH),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
 \t$(BIN)/python -m pip install --quiet -r requirements.txt
 \t$(BIN)/python -m pip install --quiet --no-deps -e .
 
 lab:
-\t$(BIN)/jupyter lab --notebook-dir=notebooks
+\t$(BIN)/jupyter lab --notebook-dir=$(or $(DIR),notebooks) $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 progress:
 \t$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),2)
@@ -110,18 +128,19 @@ def release(dest: Path, upto: int, repo: str | None = None) -> list[Path]:
     written: dict[Path, str | bytes] = {}
     for path in solutions:
         notebook = nbtools.exercise_notebook(nbformat.read(path, as_version=4), path.name)
-        written[Path("notebooks") / path.name] = rewrite(nbformat.writes(notebook) + "\n")
+        text = rewrite(nbformat.writes(notebook) + "\n")
+        written[Path("notebooks") / path.name] = text
+        written[Path("course") / "templates" / path.name] = text
     for path in sorted((ROOT / "course").rglob("*.py")):
         relative = path.relative_to(ROOT)
-        if path.name in SKIP_MODULES or "__pycache__" in path.parts:
+        if path.name in SKIP_MODULES or {"__pycache__", "templates"} & set(relative.parts):
             continue
         if relative.parent.name == "checks" and path.name.startswith("nb"):
             if int(path.stem[2:]) > upto:
                 continue
         written[relative] = path.read_bytes()
     written[Path("course/nn.py")] = nbtools.render_nn_module(earlier)
-    tests = GENERIC_TESTS + [f"test_checks_nb{p.name[:2]}.py" for p in earlier]
-    for name in tests:
+    for name in GENERIC_TESTS:
         if (ROOT / "tests" / name).exists():
             written[Path("tests") / name] = (ROOT / "tests" / name).read_bytes()
     for name in TOP_FILES:

@@ -1,0 +1,455 @@
+"""make progress / make grade / written answers / MANUAL and POINTS / release / Gradescope.
+
+Fast tests replace the engine (``grading.grade_file``) by a stand-in that reads a marker in the
+submitted file, so they test what this layer decides (which file, which columns, which points)
+in milliseconds. The ``slow`` tests grade the scenarios of issue 24 with the real engine, each a
+hand-in built here from notebooks/ and solutions/ with its expected grade, and check that
+``progress`` gives the same verdicts on the same folders.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import classroom, grading, nbtools, release
+from course.contract import MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
+from course.grading import ExerciseResult
+
+ROOT = Path(__file__).resolve().parents[1]
+WELCOME, TOKENS, ATTENTION = "00_welcome.ipynb", "01_tokens.ipynb", "02_attention.ipynb"
+
+
+def _template(name: str = WELCOME) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "notebooks" / name, as_version=4)
+
+
+def _solution_code(name: str, cell_id: str) -> str:
+    solution = nbformat.read(ROOT / "solutions" / name, as_version=4)
+    return nbtools.strip_markers(next(c for c in solution.cells if c.id == cell_id).source)
+
+
+def _answer_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [
+        c
+        for c in notebook.cells
+        if c.cell_type == "code" and "raise NotImplementedError" in c.source
+    ]
+
+
+def _solved(name: str) -> nbformat.NotebookNode:
+    """The exercise notebook with every answer cell taken from the solution."""
+    notebook = _template(name)
+    for cell in _answer_cells(notebook):
+        cell.source = _solution_code(name, cell.id)
+    return notebook
+
+
+def _question(notebook: nbformat.NotebookNode, qid: str) -> nbformat.NotebookNode:
+    return next(c for c in notebook.cells if f"Question {qid}" in c.source)
+
+
+def _write(notebook: nbformat.NotebookNode, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+# --- fast: a stand-in engine -----------------------------------------------------------------
+
+
+@pytest.fixture
+def templates(tmp_path):
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    for name in (WELCOME, TOKENS):
+        shutil.copy(ROOT / "notebooks" / name, folder / name)
+    return folder
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    """grade_file stand-in: passed where the file says PASS, else not implemented."""
+    calls = []
+
+    def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1):
+        calls.append((Path(template).name, submission, timeout_s))
+        notebook = nbformat.read(template, as_version=4)
+        if submission is None:
+            return grading.unreadable(notebook, Path(template).name, MISSING, "not submitted")
+        status = PASSED if "PASS" in Path(submission).read_text() else NOT_IMPLEMENTED
+        return [
+            ExerciseResult(Path(template).name, ex, check, status, f"{status} here")
+            for ex, check in grading.exercises(notebook)
+        ]
+
+    monkeypatch.setattr(grading, "grade_file", grade_file)
+    return calls
+
+
+def _student_00(folder: Path, passed: bool, answer: str | None = None, name: str = WELCOME):
+    notebook = _template()
+    if passed:
+        _answer_cells(notebook)[0].source += "\n# PASS"
+    if answer is not None:
+        cell = _question(notebook, "0.2")
+        cell.source = cell.source.replace(
+            classroom.ANSWER_PLACEHOLDER, f"**Your answer:** {answer}"
+        )
+    return _write(notebook, folder / name)
+
+
+def test_points_file_with_a_typo_is_an_error_that_names_it(tmp_path, templates, fake_engine):
+    points = tmp_path / "points.json"
+    points.write_text(json.dumps({"0.1": 2, "1.11": 3}))
+    with pytest.raises(classroom.ConfigError, match=r"'1\.11' \(did you mean '1\.1'\?\)"):
+        classroom.grade_class(tmp_path, tmp_path / "out", templates, points_file=points)
+    assert fake_engine == []  # refused before anything was graded
+    done = subprocess.run(
+        [sys.executable, "-m", "course.classroom", "grade", "--submissions", str(tmp_path)]
+        + ["--out", str(tmp_path / "out"), "--templates", str(templates), "--points", str(points)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "1.11" in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_manual_file_naming_an_unknown_exercise_or_student_is_an_error(tmp_path, templates):
+    known = classroom.columns(classroom.notebook_paths(templates))
+    assert known == ["0.1", "0.2", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"][: len(known)]
+    manual = tmp_path / "manual.csv"
+    manual.write_text("student,0.2,Question 1.6\nada,1,0.5\n")
+    assert classroom.load_manual(manual, known, ["ada"]) == {"ada": {"0.2": 1.0, "1.6": 0.5}}
+    manual.write_text("student,0.3\nada,1\n")
+    with pytest.raises(classroom.ConfigError, match=r"'0\.3'"):
+        classroom.load_manual(manual, known, ["ada"])
+    manual.write_text("student,0.2\nadda,1\n")
+    with pytest.raises(classroom.ConfigError, match=r"no student 'adda' \(did you mean 'ada'\?\)"):
+        classroom.load_manual(manual, known, ["ada"])
+    manual.write_text("student,0.2\nada,good\n")
+    with pytest.raises(classroom.ConfigError, match="'good' for 0.2 is not a number"):
+        classroom.load_manual(manual, known, ["ada"])
+
+
+def test_grade_writes_written_answers_and_merges_manual_points(tmp_path, templates, fake_engine):
+    subs = tmp_path / "subs"
+    _student_00(subs / "ada", passed=True, answer="The softmax saturates; gradients vanish.")
+    bob = _template()
+    index = bob.cells.index(_question(bob, "0.2"))
+    bob.cells.insert(index + 1, nbformat.v4.new_markdown_cell("It becomes one-hot."))
+    _write(bob, subs / "bob" / WELCOME)
+    _student_00(subs / "cleo", passed=False)
+    manual = tmp_path / "manual.csv"
+    manual.write_text("student,0.2\nada,1\nbob,0.5\n")
+    points = tmp_path / "points.json"
+    points.write_text('{"0.1": 2, "0.2": 1}')
+    out = tmp_path / "out"
+    classroom.grade_class(
+        subs, out, templates, points_file=points, manual_file=manual, timeout_s=7, log=lambda _: 0
+    )
+    assert {timeout for *_, timeout in fake_engine} == {7}  # TIMEOUT reaches the engine
+    with open(out / "grades.csv", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    assert list(rows["ada"])[:3] == ["student", "0.1", "0.2"] and "1.6" in rows["ada"]
+    assert (rows["ada"]["0.1"], rows["ada"]["0.2"], rows["ada"]["total"]) == ("2", "1", "3")
+    assert (rows["bob"]["0.2"], rows["bob"]["total"]) == ("0.5", "0.5")
+    assert (rows["cleo"]["0.2"], rows["cleo"]["1.6"]) == ("", "")  # not graded by hand yet
+    question = (out / "written" / "Question_0.2.md").read_text()
+    assert "## ada\n\nThe softmax saturates; gradients vanish." in question
+    assert "## bob\n\nIt becomes one-hot." in question and "## cleo\n\n*(no answer)*" in question
+    assert "softmax's output" in question  # the prompt, to grade against
+    assert (out / "written" / "Question_1.6.md").exists()
+    ada = (out / "feedback" / "ada.md").read_text()
+    assert "**Total: 3 of" in ada and "**Question 0.2** (written, 1 of 1)" in ada
+    assert "gradients vanish" in ada
+    cleo = (out / "feedback" / "cleo.md").read_text()
+    assert (
+        "still to be graded by hand" in cleo and "**Question 0.2** (written, to be graded)" in cleo
+    )
+
+
+def test_progress_and_grade_read_a_folder_the_same_way(tmp_path, templates, fake_engine):
+    subs = tmp_path / "subs"
+    _student_00(subs / "ada", passed=True, name="Copy of 00_welcome.ipynb")
+    old = _student_00(subs / "ada" / "old", passed=False)
+    os.utime(old, (1e9, 1e9))  # older: the copy is graded
+    blank = nbformat.writes(_template(TOKENS)).encode()
+    (subs / "ada" / "work.zip").write_bytes(_zip({"01_tokens.ipynb": blank}))
+    graded = classroom.grade_class(subs, tmp_path / "out", templates, log=lambda _: 0)
+    passed, total, table = classroom.progress(subs / "ada", templates_dir=templates)
+    by_grade = {(r.exercise, r.status) for r in graded["ada"]}
+    shown = {tuple(line.split()[1:3]) for line in table.splitlines()[2:] if line[:2].isdigit()}
+    assert {(ex, s.split()[0]) for ex, s in by_grade} == {
+        (ex, {"✅": "passed", "⏳": "not", "❌": "error"}[icon]) for ex, icon in shown
+    }
+    assert passed == 1 and total == len(graded["ada"])
+    assert "note: 00_welcome: 2 files are notebook 00_welcome" in table
+    feedback = (tmp_path / "out" / "feedback" / "ada.md").read_text()
+    assert (
+        "graded `ada/Copy of 00_welcome.ipynb`" in feedback and "not graded: `ada/old/" in feedback
+    )
+
+
+def test_a_class_zip_with_canvas_names(tmp_path, templates, fake_engine):
+    canvas = _zip(
+        {
+            "doeada_12345_67890_00_welcome.ipynb": _student_00(tmp_path / "a", True).read_bytes(),
+            "roebob_LATE_2222_3333_hw.zip": _zip(
+                {"hw/00_welcome.ipynb": _student_00(tmp_path / "b", False).read_bytes()}
+            ),
+        }
+    )
+    (tmp_path / "submissions.zip").write_bytes(canvas)
+    graded = classroom.grade_class(
+        tmp_path / "submissions.zip", tmp_path / "out", templates, log=lambda _: 0
+    )
+    assert {s: graded[s][0].status for s in graded} == {
+        "doeada_12345": PASSED,
+        "roebob_2222": NOT_IMPLEMENTED,
+    }
+
+
+def test_an_unreadable_zip_gives_error_rows_that_say_so(tmp_path, templates, fake_engine):
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "subs" / "gus.zip").write_bytes(b"PK\x03\x04 not a zip")
+    graded = classroom.grade_class(tmp_path / "subs", tmp_path / "out", templates, log=print)
+    assert {r.status for r in graded["gus.zip"]} == {"error"}
+    assert "not a readable zip file" in graded["gus.zip"][0].message
+
+
+# --- fast: release and Gradescope ------------------------------------------------------------
+
+
+def test_release_ships_no_exercise_tests_and_runs_lab_as_root(tmp_path):
+    dest = tmp_path / "class"
+    release.release(dest, 3, "me/fork")
+    assert not list((dest / "tests").glob("test_checks_nb*.py"))
+    assert sorted(p.name for p in (dest / "course" / "templates").iterdir()) == sorted(
+        p.name for p in (dest / "notebooks").iterdir()
+    )
+    readme = (dest / "README.md").read_text()
+    assert "by design" in readme and "course/nn.py" in readme and "course/templates/" in readme
+    makefile = (dest / "Makefile").read_text()
+    main = (ROOT / "Makefile").read_text()
+    assert "--allow-root" in makefile and "TORCH  ?=" in makefile
+    for line in ("TORCH_INDEX   := https://download.pytorch.org/whl/$(TORCH)", "--allow-root"):
+        assert line in main and line in makefile
+    dry = subprocess.run(
+        ["make", "-n", "setup", "TORCH=cpu", "PYTHON=python3"],
+        cwd=dest,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "--index-url https://download.pytorch.org/whl/cpu torch==" in dry
+
+
+def test_gradescope_setup_updates_apt_first_and_takes_cpu_torch(tmp_path):
+    archive = classroom.build_gradescope(tmp_path / "autograder.zip", only=["00"])
+    with zipfile.ZipFile(archive) as zipped:
+        setup = zipped.read("setup.sh").decode()
+        names = set(zipped.namelist())
+    lines = [line for line in setup.splitlines() if line and not line.startswith("#")]
+    first_install = next(i for i, line in enumerate(lines) if "install" in line)
+    assert lines[first_install] == "apt-get update" or "apt-get update" in lines[first_install - 1]
+    assert "https://download.pytorch.org/whl/cpu" in setup
+    assert setup.index("whl/cpu") < setup.index("-r /autograder/source/requirements.txt")
+    assert "course/handins.py" in names and not any("templates/" in n for n in names)
+    points = tmp_path / "points.json"
+    points.write_text('{"0.11": 1}')
+    with pytest.raises(classroom.ConfigError, match="0.11"):
+        classroom.build_gradescope(tmp_path / "x.zip", only=["00"], points_file=points)
+
+
+def test_make_grade_passes_timeout_and_manual_on():
+    dry = subprocess.run(
+        ["make", "-n", "grade", "SUBMISSIONS=s", "OUT=o", "TIMEOUT=30", "MANUAL=m.csv"]
+        + ["POINTS=p.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "--timeout 30" in dry and "--manual m.csv" in dry and "--points p.json" in dry
+
+
+# --- slow: the scenarios of issue 24 with the real engine -------------------------------------
+
+TIMEOUT_S = 30  # per exercise
+
+
+def _colab_saved(notebook: nbformat.NotebookNode) -> dict:
+    """What Colab's "Download .ipynb" gives: nbformat 4.0 (no cell ids), its own metadata."""
+    data = json.loads(nbformat.writes(notebook))
+    for cell in data["cells"]:
+        cell.pop("id", None)
+        cell["metadata"] = {"id": "x" + str(abs(hash(str(cell["source"]))))[:10]}
+    data["nbformat_minor"] = 0
+    data["metadata"] = {
+        "colab": {"provenance": []},
+        "kernelspec": {"display_name": "Python 3", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    return data
+
+
+HELPER_FIRST = '''def _shifted(x, dim):
+    return x - x.amax(dim=dim, keepdim=True)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``x`` along ``dim``."""
+    exps = _shifted(x, dim).exp()
+    return exps / exps.sum(dim=dim, keepdim=True)
+'''
+
+
+def build_class(subs: Path) -> dict[str, dict[str, str]]:
+    """The hand-ins of issue 24, each with its expected statuses (exercise id -> status)."""
+    expected: dict[str, dict[str, str]] = {}
+    template = _template()
+    answer_id = _answer_cells(template)[0].id
+    solved = _solved(WELCOME)
+
+    # Colab-saved, no cell ids, a helper defined before the answer inside the exercise cell.
+    colab = copy.deepcopy(template)
+    _answer_cells(colab)[0].source = HELPER_FIRST
+    (subs / "colab").mkdir(parents=True)
+    (subs / "colab" / WELCOME).write_text(json.dumps(_colab_saved(colab)))
+    expected["colab"] = {"0.1": PASSED}
+
+    # A helper and an import in cells the student added before the exercise cell.
+    added = copy.deepcopy(template)
+    index = next(i for i, c in enumerate(added.cells) if c.id == answer_id)
+    added.cells[index].source = (
+        "def softmax(x, dim=-1):\n    exps = np.exp(shift(x, dim).numpy())\n"
+        "    return torch.from_numpy(exps / exps.sum(axis=dim, keepdims=True))"
+    )
+    added.cells.insert(index, nbformat.v4.new_code_cell("import numpy as np"))
+    added.cells.insert(
+        index + 1,
+        nbformat.v4.new_code_cell(
+            "def shift(x, dim):\n    return x - x.amax(dim=dim, keepdim=True)"
+        ),
+    )
+    _write(added, subs / "added" / WELCOME)
+    expected["added"] = {"0.1": PASSED}
+
+    # Renamed files: a Colab copy, a browser's second download, another case.
+    _write(solved, subs / "renamed" / "Copy of 00_welcome.ipynb")
+    _write(_template(TOKENS), subs / "renamed" / "01_tokens (1).ipynb")
+    _write(_template(ATTENTION), subs / "renamed" / "02_Attention.ipynb")
+    blank = {
+        ex: NOT_IMPLEMENTED for _, ex in classroom.all_exercises([ROOT / "notebooks" / TOKENS])
+    }
+    blank |= {
+        ex: NOT_IMPLEMENTED for _, ex in classroom.all_exercises([ROOT / "notebooks" / ATTENTION])
+    }
+    expected["renamed"] = {"0.1": PASSED, **blank}
+
+    # A zip inside the student's folder, and a zip as the whole hand-in.
+    data = nbformat.writes(solved).encode()
+    (subs / "zipped").mkdir()
+    (subs / "zipped" / "notebooks.zip").write_bytes(_zip({"work/00_welcome.ipynb": data}))
+    expected["zipped"] = {"0.1": PASSED}
+    (subs / "whole.zip").write_bytes(_zip({"whole/00_welcome.ipynb": data}))
+    expected["whole.zip"] = {"0.1": PASSED}
+
+    # An infinite loop in 1.1: it costs 1.1 and 1.3 (learn_bpe calls count_pairs), nothing else.
+    loop = _solved(TOKENS)
+    cell = next(c for c in loop.cells if c.source.startswith("def count_pairs"))
+    cell.source = cell.source.replace(
+        "pairs = Counter()", "pairs = Counter()\n    while True:\n        pass"
+    )
+    _write(loop, subs / "loop" / TOKENS)
+    ids = [ex for _, ex in classroom.all_exercises([ROOT / "notebooks" / TOKENS])]
+    expected["loop"] = {ex: PASSED for ex in ids} | {"1.1": TIMEOUT, "1.3": TIMEOUT}
+
+    # Written answers: in the placeholder cell, and in a cell added below the question.
+    written = copy.deepcopy(solved)
+    cell = _question(written, "0.2")
+    cell.source = cell.source.replace(
+        classroom.ANSWER_PLACEHOLDER, "**Your answer:** It saturates."
+    )
+    _write(written, subs / "written" / WELCOME)
+    expected["written"] = {"0.1": PASSED}
+    return expected
+
+
+@pytest.fixture(scope="module")
+def graded_scenarios(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("scenarios") / "subs"
+    expected = build_class(subs)
+    start = time.time()
+    graded = classroom.grade_class(
+        subs, subs.parent / "out", jobs=2, timeout_s=TIMEOUT_S, log=print
+    )
+    print(f"\n{len(graded)} scenario hand-ins graded with -j 2 in {time.time() - start:.0f} s")
+    return subs, expected, graded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "student", ["colab", "added", "renamed", "zipped", "whole.zip", "loop", "written"]
+)
+def test_scenario_gets_its_expected_grade(graded_scenarios, student):
+    subs, expected, graded = graded_scenarios
+    statuses = {r.exercise: r.status for r in graded[student]}
+    got = {ex: statuses[ex] for ex in expected[student]}
+    messages = {
+        r.exercise: r.message[:200] for r in graded[student] if r.exercise in expected[student]
+    }
+    assert got == expected[student], messages
+    others = {s for ex, s in statuses.items() if ex not in expected[student]}
+    assert others <= {MISSING}
+
+
+@pytest.mark.slow
+def test_written_answers_reach_the_instructor(graded_scenarios):
+    subs, _, _ = graded_scenarios
+    question = (subs.parent / "out" / "written" / "Question_0.2.md").read_text()
+    assert "## written\n\nIt saturates." in question
+    assert "It saturates." in (subs.parent / "out" / "feedback" / "written.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student", ["colab", "added", "renamed", "whole.zip"])
+def test_progress_gives_the_same_verdicts_on_the_same_folders(graded_scenarios, student):
+    subs, _, graded = graded_scenarios
+    done = subprocess.run(
+        [sys.executable, "-m", "course.classroom", "progress", "--dir", str(subs / student)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    rows = {
+        line.split()[1]: line.split()[2]
+        for line in done.stdout.splitlines()
+        if line[:2].isdigit() and len(line.split()) > 2
+    }
+    icons = {PASSED: "✅", NOT_IMPLEMENTED: "⏳"}
+    assert rows == {r.exercise: icons.get(r.status, "❌") for r in graded[student]}, done.stdout
+    passed = sum(r.passed for r in graded[student])
+    assert done.stdout.strip().endswith(f"passed: {passed} of {len(graded[student])} exercises")
