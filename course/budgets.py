@@ -6,9 +6,20 @@ root ``conftest.py`` prints each notebook's measured time against it; a notebook
 ``CONFIG`` is sized to fit it, and a GPU only makes the run bigger, never the budget.
 docs/DESIGN.md explains them. (A student's working time, 30-90 minutes, is another
 thing: each notebook's header states it, and the README's table repeats it.)
+
+``RUN_TIMES`` is the one table of *measured* times (when, where, the seconds per notebook) and
+``STUDENT_MINUTES`` the working-time estimates. ``python -m course.nbtools generate`` (``make
+exercises``) writes the README's *student time* and *CPU time* columns, the paragraph under
+that table and the ``**Time:**`` line of every notebook header from them (``write_times``);
+``nbtools check`` and ``tests/test_timings.py`` fail when those disagree with the table. After
+a new idle ``make check``, change ``RUN_TIMES`` and run ``make exercises``.
 """
 
 from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
 
 NOTEBOOK_BUDGET_S: dict[str, int] = {
     "00": 60,
@@ -24,3 +35,128 @@ NOTEBOOK_BUDGET_S: dict[str, int] = {
 
 # The sum is the budget of all notebooks together under `make check`.
 TOTAL_BUDGET_S: int = sum(NOTEBOOK_BUDGET_S.values())
+
+
+# Working time a student needs for each notebook (reading and exercises), in minutes: an estimate.
+STUDENT_MINUTES: dict[str, int] = {
+    "00": 30,
+    "01": 60,
+    "02": 60,
+    "03": 60,
+    "04": 45,
+    "05": 90,
+    "06": 90,
+    "07": 60,
+    "08": 60,
+}
+
+# The latest idle `make check`: seconds per solution notebook (nbval, every cell, the real
+# datasets), as printed by the per-notebook table at its end (the root conftest.py).
+RUN_TIMES: dict = {
+    "when": "2026-11-23",
+    "where": (
+        "an otherwise idle 2-core x86-64 virtual machine, from a fresh clone with `bash .ci/run`"
+    ),
+    "make_check_s": 937,  # the whole `make check` of that run
+    "seconds": {
+        "00": 2.6,
+        "01": 14.4,
+        "02": 9.8,
+        "03": 13.6,
+        "04": 8.5,
+        "05": 80.8,
+        "06": 201.0,
+        "07": 168.5,
+        "08": 311.3,
+    },
+}
+
+_ROOT = Path(__file__).resolve().parents[1]
+_HEADER_LINE = re.compile(r"^\*\*Time:\*\*.*$", re.MULTILINE)
+_README_PARAGRAPH = re.compile(r"^\*Student time\* is .*?(?=\n\n)", re.MULTILINE | re.DOTALL)
+
+
+def run_all_phrase(seconds: float) -> str:
+    """``seconds`` in words: "under a minute", else the nearest half minute ("about 3½ minutes")."""
+    if seconds < 60:
+        return "under a minute"
+    halves = int(seconds / 30 + 0.5)
+    whole, half = divmod(halves, 2)
+    return f"about {whole}{'½' if half else ''} minute{'' if halves == 2 else 's'}"
+
+
+def header_time_line(nn: str) -> str:
+    """The ``**Time:**`` line of notebook ``nn``'s header."""
+    return (
+        f"**Time:** about {STUDENT_MINUTES[nn]} minutes; *Run All* takes "
+        f"{run_all_phrase(RUN_TIMES['seconds'][nn])} on a 2-core CPU."
+    )
+
+
+def readme_columns(nn: str) -> tuple[str, str]:
+    """The README table's *student time* and *CPU time* cells of notebook ``nn``."""
+    return f"{STUDENT_MINUTES[nn]} min", f"{int(RUN_TIMES['seconds'][nn] + 0.5)} s"
+
+
+def readme_paragraph() -> str:
+    """The paragraph under the README's notebook table."""
+    text = (
+        "*Student time* is the working time each notebook's header estimates. *CPU time* is the "
+        "time of the solution notebook under `make check` (nbval, every cell) with the real "
+        f"datasets, measured on {RUN_TIMES['when']} on {RUN_TIMES['where']}; that whole "
+        f"`make check` took {RUN_TIMES['make_check_s']} s. Both columns, and the *Time* line of "
+        "each notebook's header, are written by `make exercises` from one table in "
+        "`course/budgets.py`, next to the budgets each notebook must stay within; a test fails "
+        "when they disagree. Exercises live in `notebooks/`; worked solutions in `solutions/`."
+    )
+    # No line break inside a `code span`: its spaces are held as NULs while the text is wrapped.
+    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
+    return wrapped.replace("\0", " ")
+
+
+def render_readme(text: str) -> str:
+    """README ``text`` with the table's two time columns and the paragraph under it generated."""
+
+    def row(match: re.Match) -> str:
+        student, cpu = readme_columns(match.group(1))
+        return f"{match.group(2)}| {student} | {cpu} |"
+
+    text = re.sub(
+        r"^(?=\| (\d\d) \|)(\|.*?)\| [^|]* \| [^|]* \|$",
+        lambda m: row(m) if m.group(1) in STUDENT_MINUTES else m.group(0),
+        text,
+        flags=re.MULTILINE,
+    )
+    return _README_PARAGRAPH.sub(lambda _: readme_paragraph(), text, count=1)
+
+
+def render_header(source: str, nn: str) -> str:
+    """A notebook header's markdown with its ``**Time:**`` line generated."""
+    return _HEADER_LINE.sub(lambda _: header_time_line(nn), source, count=1)
+
+
+def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
+    """README.md and ``solutions/NN_*.ipynb`` whose times differ from the tables above;
+    rewritten when ``write`` (each notebook read, its header cell changed, written back at once)."""
+    import nbformat  # only the generator needs it
+
+    changed = []
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    if render_readme(text) != text:
+        changed.append(readme)
+        if write:
+            readme.write_text(render_readme(text), encoding="utf-8")
+    for path in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        if path.name[:2] not in STUDENT_MINUTES:
+            continue  # not in the tables: tests/test_timings.py asks for every notebook
+        notebook = nbformat.read(path, as_version=4)
+        header = notebook.cells[0]
+        new = render_header(header.source, path.name[:2])
+        if new != header.source:
+            changed.append(path)
+            if write:
+                header.source = new
+                nbformat.write(notebook, path)
+    return changed

@@ -3,7 +3,8 @@
 Commands (``python -m course.nbtools <command>``; the Makefile wraps them):
 
 * ``generate``  write ``notebooks/NN_name.ipynb`` from ``solutions/NN_name.ipynb`` and
-  ``course/nn.py`` from the solutions' ``#| export`` cells.
+  ``course/nn.py`` from the solutions' ``#| export`` cells; the README's time columns and each
+  header's ``**Time:**`` line from the tables in ``course/budgets.py``.
 * ``check``     exit 1, naming the files, when ``notebooks/`` or ``course/nn.py`` is out of date.
 * ``badges --repo OWNER/NAME``  point every Colab badge and setup cell at another repository.
 
@@ -33,6 +34,8 @@ import sys
 from pathlib import Path
 
 import nbformat
+
+from course import budgets
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, NOTEBOOKS, NN_MODULE = ROOT / "solutions", ROOT / "notebooks", ROOT / "course" / "nn.py"
@@ -194,7 +197,9 @@ def render_all() -> dict[Path, str]:
 
 def generate() -> list[Path]:
     """Write every generated file that changed; return the ones written."""
-    written = []
+    # The README's time columns and each header's Time line come from course/budgets.py; the
+    # headers first, since the exercise copies repeat them.
+    written = budgets.write_times(ROOT)
     NOTEBOOKS.mkdir(exist_ok=True)
     for path, text in render_all().items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -205,7 +210,10 @@ def generate() -> list[Path]:
 
 def stale() -> list[str]:
     """Generated files that differ from what the solutions produce, plus orphans."""
-    problems = []
+    problems = [
+        f"{path.relative_to(ROOT)} quotes other times than course/budgets.py"
+        for path in budgets.write_times(ROOT, write=False)
+    ]
     expected = render_all()
     for path, text in expected.items():
         if not path.exists():
