@@ -82,6 +82,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
         status = "FAILED" if path in _failed else "ok"
         write(f"{path:<45} {seconds:7.1f} s  {status:<6} {verdict}")
     write(f"{'all notebooks':<45} {total:7.1f} s")
+    if len(_seconds) > 1 and not _failed and not _on_samples:
+        # Ready to paste after an idle run: RUN_TIMES in course/budgets.py, then `make exercises`.
+        measured = {Path(path).name[:2]: round(s, 1) for path, s in sorted(_seconds.items())}
+        write(f'course/budgets.py RUN_TIMES["seconds"] of this run: {measured}')
     if _on_samples:
         write(
             "ran on the bundled samples (data-dependent outputs not compared): "
