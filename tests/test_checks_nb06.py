@@ -61,28 +61,101 @@ def mask_tokens_exact_count(
     input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
 ):
     """Also correct: the original BERT picks round(15%) of each sequence's tokens exactly."""
+    device = input_ids.device
     ids, labels = input_ids.clone(), input_ids.clone()
     selected = torch.zeros_like(special_tokens_mask)
     for row in range(ids.shape[0]):
         candidates = (~special_tokens_mask[row]).nonzero().flatten()
         count = round(mlm_probability * len(candidates))
-        chosen = candidates[torch.randperm(len(candidates))[:count]]
+        chosen = candidates[torch.randperm(len(candidates), device=device)[:count]]
         selected[row, chosen] = True
     labels[~selected] = -100
-    draw = torch.rand(ids.shape)
+    draw = torch.rand(ids.shape, device=device)
     ids[selected & (draw < 0.8)] = mask_token_id
     randomise = selected & (draw >= 0.8) & (draw < 0.9)
-    ids[randomise] = torch.randint(vocab_size, ids.shape)[randomise]
+    ids[randomise] = torch.randint(vocab_size, ids.shape, device=device)[randomise]
     return ids, labels
+
+
+def mask_tokens_hf_collator(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """Hugging Face's DataCollatorForLanguageModeling.torch_mask_tokens, glued at the interface."""
+    labels = input_ids.clone()
+    inputs = input_ids.clone()
+    probability_matrix = torch.full(labels.shape, mlm_probability, device=labels.device)
+    probability_matrix.masked_fill_(special_tokens_mask, value=0.0)
+    masked_indices = torch.bernoulli(probability_matrix).bool()
+    labels[~masked_indices] = -100
+    indices_replaced = (
+        torch.bernoulli(torch.full(labels.shape, 0.8, device=labels.device)).bool() & masked_indices
+    )
+    inputs[indices_replaced] = mask_token_id
+    indices_random = (
+        torch.bernoulli(torch.full(labels.shape, 0.5, device=labels.device)).bool()
+        & masked_indices
+        & ~indices_replaced
+    )
+    random_words = torch.randint(vocab_size, labels.shape, dtype=torch.long, device=labels.device)
+    inputs[indices_random] = random_words[indices_random]
+    return inputs, labels
+
+
+def mask_tokens_where(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """Also correct: one uniform draw per decision, written with torch.where (no indexing)."""
+    selected = (torch.rand_like(input_ids, dtype=torch.float) < mlm_probability) & ~(
+        special_tokens_mask
+    )
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    draw = torch.rand_like(input_ids, dtype=torch.float)
+    masked = torch.where(
+        selected & (draw < 0.8), torch.full_like(input_ids, mask_token_id), input_ids
+    )
+    random_ids = torch.randint_like(input_ids, vocab_size)
+    masked = torch.where(selected & (draw >= 0.8) & (draw < 0.9), random_ids, masked)
+    return masked, labels
 
 
 def not_implemented(*args, **kwargs):
     raise NotImplementedError
 
 
-def test_mask_tokens_accepts_correct_implementations():
-    assert check.mask_tokens(mask_tokens_factory(), raise_on_failure=False).status == PASSED
-    assert check.mask_tokens(mask_tokens_exact_count, raise_on_failure=False).status == PASSED
+def mask_tokens_rows_reading_values(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """Also right, row by row, reading values (.any(), .item()): the meta device cannot run it,
+    which must give no verdict rather than a failure."""
+    device = input_ids.device
+    ids, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    for row in range(ids.shape[0]):
+        ordinary = ~special_tokens_mask[row]
+        if not ordinary.any():
+            continue
+        selected = (torch.rand(ids.shape[1], device=device) < mlm_probability) & ordinary
+        labels[row, selected] = input_ids[row, selected]
+        draw = torch.rand(ids.shape[1], device=device)
+        ids[row, selected & (draw < 0.8)] = mask_token_id
+        randomise = selected & (draw >= 0.8) & (draw < 0.9)
+        count = int(randomise.sum().item())
+        ids[row, randomise] = torch.randint(vocab_size, (count,), device=device)
+    return ids, labels
+
+
+RIGHT_MASKING = {
+    "rows_reading_values": mask_tokens_rows_reading_values,
+    "factory": mask_tokens_factory(),
+    "exact_count": mask_tokens_exact_count,
+    "hf_collator": mask_tokens_hf_collator,
+    "torch_where": mask_tokens_where,
+}
+
+
+@pytest.mark.parametrize("right", RIGHT_MASKING.values(), ids=RIGHT_MASKING.keys())
+def test_mask_tokens_accepts_correct_implementations(right):
+    result = check.mask_tokens(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
 
 
 def test_mask_tokens_stub_is_not_implemented():
@@ -108,6 +181,64 @@ def _wrong_returns_float_labels(
     return ids, labels.float()
 
 
+def _wrong_reuses_the_special_mask(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """Turns the caller's special-token mask into its 'ordinary' mask in place."""
+    ordinary = special_tokens_mask.logical_not_()
+    probabilities = ordinary.float() * mlm_probability
+    ids, labels = input_ids.clone(), input_ids.clone()
+    selected = torch.bernoulli(probabilities).bool()
+    labels[~selected] = -100
+    draw = torch.rand(ids.shape, device=ids.device)
+    ids[selected & (draw < 0.8)] = mask_token_id
+    randomise = selected & (draw >= 0.8) & (draw < 0.9)
+    ids[randomise] = torch.randint(vocab_size, ids.shape, device=ids.device)[randomise]
+    return ids, labels
+
+
+def _wrong_labels_on_the_cpu(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """Starts the labels from torch.full without a device: on a GPU they stay on the CPU."""
+    device = input_ids.device
+    probabilities = torch.full(input_ids.shape, mlm_probability, device=device)
+    probabilities[special_tokens_mask] = 0.0
+    selected = torch.bernoulli(probabilities).bool()
+    labels = torch.full(input_ids.shape, -100)
+    labels[selected] = input_ids[selected]
+    ids = input_ids.clone()
+    draw = torch.rand(ids.shape, device=device)
+    ids[selected & (draw < 0.8)] = mask_token_id
+    randomise = selected & (draw >= 0.8) & (draw < 0.9)
+    ids[randomise] = torch.randint(vocab_size, ids.shape, device=device)[randomise]
+    return ids, labels
+
+
+def _wrong_switches_off_gradients(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """Turns gradient tracking off for good ("no gradients needed here")."""
+    torch.set_grad_enabled(False)
+    return mask_tokens_factory()(
+        input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability
+    )
+
+
+def _wrong_thresholds_fixed_at_15_percent(
+    input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability=0.15
+):
+    """One uniform draw cut at 12% / 13.5% (right only for mlm_probability=0.15)."""
+    draw = torch.rand(input_ids.shape, device=input_ids.device)
+    draw = draw.masked_fill(special_tokens_mask, 1.0)
+    selected = draw < mlm_probability
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    ids = torch.where(draw < 0.12, torch.full_like(input_ids, mask_token_id), input_ids)
+    random_ids = torch.randint_like(input_ids, vocab_size)
+    ids = torch.where((draw >= 0.12) & (draw < 0.135), random_ids, ids)
+    return ids, labels
+
+
 WRONG_MASKING = {
     "masks_everything": mask_tokens_factory(select_all=True),
     "masks_special_tokens": mask_tokens_factory(select_special=True),
@@ -122,7 +253,28 @@ WRONG_MASKING = {
     "ignores_mlm_probability": mask_tokens_factory(fixed_probability=0.15),
     "modifies_input_in_place": _wrong_in_place,
     "float_labels": _wrong_returns_float_labels,
+    "reuses_the_special_mask_in_place": _wrong_reuses_the_special_mask,
+    "labels_created_on_the_cpu": _wrong_labels_on_the_cpu,
+    "switches_off_gradients": _wrong_switches_off_gradients,
+    "thresholds_fixed_at_15_percent": _wrong_thresholds_fixed_at_15_percent,
 }
+
+# One wrong implementation per property family that only that property catches (the old check
+# accepted each of them), with a phrase of the expected message.
+MASKING_FAMILIES = {
+    "inputs untouched": (_wrong_reuses_the_special_mask, "inputs untouched"),
+    "device": (_wrong_labels_on_the_cpu, "wherever `input_ids` lives"),
+    "global state": (_wrong_switches_off_gradients, "global state unchanged"),
+    "several cases (0.3)": (_wrong_thresholds_fixed_at_15_percent, "mlm_probability=0.3"),
+}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"), MASKING_FAMILIES.values(), ids=MASKING_FAMILIES.keys()
+)
+def test_mask_tokens_names_the_property(wrong, phrase):
+    result = check.mask_tokens(wrong, raise_on_failure=False)
+    assert result.status == FAILED and phrase in result.message, result.message
 
 
 @pytest.mark.parametrize("wrong", WRONG_MASKING.values(), ids=WRONG_MASKING.keys())
@@ -144,20 +296,38 @@ def train_step_factory(
     step_optimizer: bool = True,
     scheduler_step: str = "after",  # "after", "before", "none", "twice"
     return_tensor: bool = False,
-    move_batch: bool = True,
+    move_batch: str = "new_dict",  # "new_dict", "none", "in_place"
+    loss: str = "model",  # "model", "cross_entropy_flat", "cross_entropy_sequence_only"
 ):
     """A correct training step by default; each flag injects one typical mistake."""
 
     def train_step(model, batch, optimizer, scheduler, max_grad_norm=1.0):
-        if set_train:
+        if set_train == "attribute":
+            model.training = True
+        elif set_train:
             model.train()
-        if move_batch:
-            device = next(model.parameters()).device
+        device = next(model.parameters()).device
+        if move_batch == "new_dict":
             batch = {k: v.to(device) for k, v in batch.items()}
+        elif move_batch == "in_place":
+            for key in batch:
+                batch[key] = batch[key].to(device)
         if zero_grad and not zero_grad_at_end:
             optimizer.zero_grad()
-        loss = model(**batch).loss
-        loss.backward()
+        if loss == "model":
+            value = model(**batch).loss
+        else:
+            inputs = dict(batch)
+            labels = inputs.pop("labels")
+            logits = model(**inputs).logits
+            if loss == "cross_entropy_flat":
+                value = nn.functional.cross_entropy(
+                    logits.view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100
+                )
+            else:
+                value = nn.functional.cross_entropy(logits, labels)
+        loss_ = value
+        loss_.backward()
         if clip == "before_step":
             nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         elif clip == "constant":
@@ -174,16 +344,39 @@ def train_step_factory(
             scheduler.step()
         if zero_grad and zero_grad_at_end:
             optimizer.zero_grad()
-        return loss if return_tensor else loss.item()
+        return loss_ if return_tensor else loss_.item()
 
     return train_step
 
 
-def test_train_step_accepts_correct_implementations():
-    assert check.train_step(train_step_factory(), raise_on_failure=False).status == PASSED
+def train_step_hf_no_trainer(model, batch, optimizer, scheduler, max_grad_norm=1.0):
+    """The loop body of Hugging Face's run_glue_no_trainer.py (accelerate replaced by plain
+    calls), glued at the interface."""
+    model.train()
+    batch = {k: v.to(next(model.parameters()).device) for k, v in batch.items()}
+    outputs = model(**batch)
+    loss = outputs.loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss)
+
+
+RIGHT_TRAIN_STEPS = {
+    "reference": train_step_factory(),
     # zeroing the gradients after the update (the Hugging Face examples' style) is also right
-    result = check.train_step(train_step_factory(zero_grad_at_end=True), raise_on_failure=False)
-    assert result.status == PASSED
+    "zero_grad_at_end": train_step_factory(zero_grad_at_end=True),
+    "cross_entropy_flattened": train_step_factory(loss="cross_entropy_flat"),
+    "hf_no_trainer": train_step_hf_no_trainer,
+}
+
+
+@pytest.mark.parametrize("right", RIGHT_TRAIN_STEPS.values(), ids=RIGHT_TRAIN_STEPS.keys())
+def test_train_step_accepts_correct_implementations(right):
+    result = check.train_step(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
 
 
 def test_train_step_stub_is_not_implemented():
@@ -201,8 +394,33 @@ WRONG_TRAIN_STEPS = {
     "scheduler_stepped_twice": train_step_factory(scheduler_step="twice"),
     "no_optimizer_step": train_step_factory(step_optimizer=False),
     "returns_loss_tensor": train_step_factory(return_tensor=True),
-    "batch_not_moved_to_the_model_device": train_step_factory(move_batch=False),
+    "batch_not_moved_to_the_model_device": train_step_factory(move_batch="none"),
+    "training_flag_of_the_top_module_only": train_step_factory(set_train="attribute"),
+    "moves_the_callers_batch_in_place": train_step_factory(move_batch="in_place"),
+    "loss_for_sequence_labels_only": train_step_factory(loss="cross_entropy_sequence_only"),
 }
+
+# One wrong implementation per property family that only that property catches (the old check
+# accepted each of them), with a phrase of the expected message.
+TRAIN_STEP_FAMILIES = {
+    "training mode in every sub-module": (
+        train_step_factory(set_train="attribute"),
+        "training mode, in every sub-module",
+    ),
+    "inputs untouched": (train_step_factory(move_batch="in_place"), "inputs untouched"),
+    "shapes (token labels, batch of 1)": (
+        train_step_factory(loss="cross_entropy_sequence_only"),
+        "token classifier",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"), TRAIN_STEP_FAMILIES.values(), ids=TRAIN_STEP_FAMILIES.keys()
+)
+def test_train_step_names_the_property(wrong, phrase):
+    result = check.train_step(wrong, raise_on_failure=False)
+    assert result.status == FAILED and phrase in result.message, result.message
 
 
 @pytest.mark.parametrize("wrong", WRONG_TRAIN_STEPS.values(), ids=WRONG_TRAIN_STEPS.keys())
@@ -212,8 +430,15 @@ def test_train_step_rejects_wrong_implementations(wrong):
 
 
 def test_train_step_unmoved_batch_is_named():
-    result = check.train_step(train_step_factory(move_batch=False), raise_on_failure=False)
-    assert "without moving it to the model's device" in result.message
+    result = check.train_step(train_step_factory(move_batch="none"), raise_on_failure=False)
+    assert "not moved to the model's device" in result.message
+    assert "property violated: device" in result.message
+
+
+def test_train_step_hint_does_not_give_the_answer():
+    result = check.train_step(train_step_factory(clip="none"), raise_on_failure=False)
+    assert "clip_grad_norm_" not in (result.hint or "") and "max_grad_norm" in result.hint
+    assert "zero_grad" not in (check.train_step.hint or "")
 
 
 # ---------------------------------------------------------------------------------------
@@ -230,17 +455,24 @@ def evaluate_factory(
     percentage: bool = False,
     dataset_denominator: bool = False,
     restore_train_mode: bool = False,
+    move_batch: bool = True,
+    grad_switch: bool = False,
 ):
     """A correct evaluation by default; each flag injects one typical mistake."""
 
     def evaluate_accuracy(model, loader, device):
-        if set_eval:
+        if set_eval == "attribute":
+            model.training = False
+        elif set_eval:
             model.eval()
+        if grad_switch:
+            torch.set_grad_enabled(False)  # and never switched back on
         correct = total = 0
         batch_accuracies = []
-        with torch.set_grad_enabled(not no_grad):
+        with torch.set_grad_enabled(not no_grad and not grad_switch):
             for batch in loader:
-                batch = {k: v.to(device) for k, v in batch.items()}
+                if move_batch:
+                    batch = {k: v.to(device) for k, v in batch.items()}
                 labels = batch.pop("labels")
                 predictions = model(**batch).logits.argmax(dim=-1)
                 valid = (
@@ -265,8 +497,32 @@ def evaluate_factory(
     return evaluate_accuracy
 
 
-def test_evaluate_accepts_correct_implementation():
-    assert check.evaluate_accuracy(evaluate_factory(), raise_on_failure=False).status == PASSED
+def evaluate_inference_mode_tensors(model, loader, device):
+    """Also right: inference mode, labels passed to the model, tensor counts, .item() at the end."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long)
+    total = torch.zeros((), dtype=torch.long)
+    with torch.inference_mode():
+        for batch in loader:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            outputs = model(**batch)
+            predictions = outputs.logits.argmax(dim=-1)
+            mask = batch["labels"].ne(-100)
+            correct += (predictions.eq(batch["labels"]) & mask).sum()
+            total += mask.sum()
+    return (correct / total).item()
+
+
+RIGHT_EVALUATIONS = {
+    "reference": evaluate_factory(),
+    "inference_mode_tensors": evaluate_inference_mode_tensors,
+}
+
+
+@pytest.mark.parametrize("right", RIGHT_EVALUATIONS.values(), ids=RIGHT_EVALUATIONS.keys())
+def test_evaluate_accepts_correct_implementation(right):
+    result = check.evaluate_accuracy(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
 
 
 def test_evaluate_stub_is_not_implemented():
@@ -284,7 +540,30 @@ WRONG_EVALUATIONS = {
     "returns_percentage": evaluate_factory(percentage=True),
     "divides_by_examples_not_labels": evaluate_factory(dataset_denominator=True),
     "leaves_the_model_in_train_mode": evaluate_factory(restore_train_mode=True),
+    "batch_not_moved_to_device": evaluate_factory(move_batch=False),
+    "switches_gradients_off_for_good": evaluate_factory(grad_switch=True),
+    "eval_flag_of_the_top_module_only": evaluate_factory(set_eval="attribute"),
 }
+
+# One wrong implementation per property family that only that property catches (the old check
+# accepted the first two), with a phrase of the expected message.
+EVALUATION_FAMILIES = {
+    "global state": (evaluate_factory(grad_switch=True), "global state unchanged"),
+    "device": (evaluate_factory(move_batch=False), "property violated: device"),
+    "eval mode in every sub-module": (
+        evaluate_factory(set_eval="attribute"),
+        "eval mode, in every sub-module",
+    ),
+    "no gradient recorded": (evaluate_factory(no_grad=False), "no gradient where"),
+}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "phrase"), EVALUATION_FAMILIES.values(), ids=EVALUATION_FAMILIES.keys()
+)
+def test_evaluate_names_the_property(wrong, phrase):
+    result = check.evaluate_accuracy(wrong, raise_on_failure=False)
+    assert result.status == FAILED and phrase in result.message, result.message
 
 
 @pytest.mark.parametrize("wrong", WRONG_EVALUATIONS.values(), ids=WRONG_EVALUATIONS.keys())
@@ -297,7 +576,7 @@ def test_evaluate_train_mode_left_is_named():
     result = check.evaluate_accuracy(
         evaluate_factory(restore_train_mode=True), raise_on_failure=False
     )
-    assert "left the model in train mode" in result.message
+    assert "leaves the model in eval mode" in result.message
 
 
 def test_exported_versions_in_course_nn_pass():

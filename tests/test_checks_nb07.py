@@ -206,6 +206,23 @@ def align_mutates_tags(encoding, tags):
     return labels
 
 
+def align_stores_labels_in_the_encoding(encoding, tags):
+    """Adds the labels to the caller's encoding (inputs untouched)."""
+    encoding["labels"] = align_labels(encoding, tags)
+    return encoding["labels"]
+
+
+def align_masks_input_ids_in_place(encoding, tags):
+    """Reuses encoding['input_ids'] as the label buffer (inputs untouched)."""
+    labels = encoding["input_ids"]
+    labels.copy_(align_labels(encoding, tags))
+    return labels.clone()
+
+
+def align_int32(encoding, tags):
+    return align_labels(encoding, tags).to(torch.int32)
+
+
 WRONG_ALIGN = [
     align_every_piece,
     align_last_piece,
@@ -222,11 +239,61 @@ WRONG_ALIGN = [
     align_returns_float,
     align_unpadded_rows,
     align_mutates_tags,
+    align_stores_labels_in_the_encoding,
+    align_masks_input_ids_in_place,
+    align_int32,
 ]
 
 
-def test_align_reference_passes(tokenizer):
-    assert check.align_labels(align_labels, tokenizer, raise_on_failure=False).passed
+def align_hf_run_ner(encoding, tags):
+    """Hugging Face's run_ner.py alignment (label_all_tokens=False), glued at the interface."""
+    labels = []
+    for i, label in enumerate(tags):
+        word_ids = encoding.word_ids(batch_index=i)
+        previous_word_idx = None
+        label_ids = []
+        for word_idx in word_ids:
+            if word_idx is None:
+                label_ids.append(-100)
+            elif word_idx != previous_word_idx:
+                label_ids.append(label[word_idx])
+            else:
+                label_ids.append(-100)
+            previous_word_idx = word_idx
+        labels.append(label_ids)
+    return torch.tensor(labels)
+
+
+def align_vectorised(encoding, tags):
+    """Word ids as a tensor (-1 for None), first pieces found by comparing with a shift."""
+    ids = torch.tensor(
+        [[-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(tags))]
+    )
+    previous = torch.cat([torch.full_like(ids[:, :1], -1), ids[:, :-1]], dim=1)
+    first = (ids >= 0) & (ids != previous)
+    labels = torch.full_like(ids, IGNORE)
+    for i, word_tags in enumerate(tags):
+        table = torch.tensor(word_tags)
+        labels[i, first[i]] = table[ids[i, first[i]]]
+    return labels
+
+
+RIGHT_ALIGN = [align_labels, align_hf_run_ner, align_vectorised]
+
+
+@pytest.mark.parametrize("right", RIGHT_ALIGN, ids=lambda f: f.__name__)
+def test_align_right_variants_pass(right):
+    result = check.align_labels(right, None, raise_on_failure=False)
+    assert result.passed, result.message
+
+
+def test_align_does_not_use_the_notebooks_tokenizer():
+    """The notebook's tokenizer is not trusted: even a broken one does not change the verdict."""
+
+    class Broken:
+        is_fast = False
+
+    assert check.align_labels(align_labels, Broken(), raise_on_failure=False).passed
 
 
 def test_align_stub_is_not_implemented(tokenizer):
@@ -239,44 +306,54 @@ def test_align_wrong_is_rejected(tokenizer, wrong):
     assert result.status == FAILED, f"{wrong.__name__} was accepted"
 
 
-def test_align_rejects_slow_tokenizer(tokenizer):
-    class Slow:
-        is_fast = False
+@pytest.mark.parametrize(
+    ("wrong", "phrase"),
+    [
+        (align_stores_labels_in_the_encoding, "inputs untouched"),
+        (align_masks_input_ids_in_place, "inputs untouched"),
+        (align_mutates_tags, "changed `tags` in place"),
+        (align_every_piece, "piece 2 of"),
+        (align_padding_zero, "padding"),
+        (align_int32, "dtype"),
+    ],
+    ids=lambda v: getattr(v, "__name__", v),
+)
+def test_align_messages_name_the_property(wrong, phrase):
+    result = check.align_labels(wrong, None, raise_on_failure=False)
+    assert result.status == FAILED and phrase in result.message, result.message
 
-    result = check.align_labels(align_labels, Slow(), raise_on_failure=False)
-    assert result.status == FAILED and "fast tokenizer" in result.message
 
-
-def test_align_messages_name_the_problem(tokenizer):
-    every = check.align_labels(align_every_piece, tokenizer, raise_on_failure=False)
-    assert "piece 2 of" in every.message and "FIRST piece" in every.hint
-    pad = check.align_labels(align_padding_zero, tokenizer, raise_on_failure=False)
-    assert "padding" in pad.message
-    special = check.align_labels(align_special_tokens_labelled, tokenizer, raise_on_failure=False)
+def test_align_hints_point_at_the_principle():
+    every = check.align_labels(align_every_piece, None, raise_on_failure=False)
+    assert "FIRST piece" in every.hint and "word_ids(" not in (every.hint or "")
+    special = check.align_labels(align_special_tokens_labelled, None, raise_on_failure=False)
     assert "[SEP]" in special.message or "[CLS]" in special.message
 
 
-def test_reference_layout_matches_the_tokenizer_on_the_treebank(tokenizer):
-    """The check's word-by-word reference equals word_ids() alignment on real EWT sentences."""
-    from course import data
+def test_stored_piece_counts_match_the_tokenizer():
+    """The check's expected labels come from stored piece counts: they are the tokenizer's."""
+    tokenizer = check._tokenizer()
+    for sentence in check.SENTENCES:
+        for word, count in sentence:
+            assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) == count, word
 
-    ewt = data.load_ud_ewt()
-    sentences = ewt["train"].select(range(min(300, len(ewt["train"]))))  # the samples have 300
-    words = [list(w) for w in sentences["tokens"]]
-    tags = [list(t) for t in sentences["upos"]]
-    for max_length in (512, 24):
-        encoding = tokenizer(
-            words,
-            is_split_into_words=True,
-            truncation=True,
-            max_length=max_length,
-            padding=True,
-            return_tensors="pt",
-        )
-        length = encoding["input_ids"].shape[1]
-        ids, labels, _ = check._reference_layout(tokenizer, words, tags, max_length, length)
-        assert encoding["input_ids"].tolist() == ids
-        assert align_labels(encoding, tags).tolist() == labels
+
+@pytest.mark.parametrize("case", check.ALIGN_CASES, ids=lambda c: c.what)
+def test_expected_labels_equal_the_word_ids_alignment(case):
+    """For every case, labels from the counts equal labels from the encoding's word_ids()."""
+    tags = [list(range(len(check.SENTENCES[i]))) for i in case.sentences]
+    expected, _ = check._expected_labels(case, tags)
+    assert torch.equal(expected, align_labels(check._encode(case), tags))
+
+
+def test_word_id_layouts_follow_the_tokenizer():
+    """The 7.2 layouts built from counts are what the tokenizer's word_ids() give."""
+    tokenizer = check._tokenizer()
+    case = check.WORDS_CASES[4]
+    encoding = tokenizer(
+        check._words(check.SENTENCES[2]), is_split_into_words=True, truncation=True, max_length=12
+    )
+    assert encoding.word_ids() == check._word_ids(case)
 
 
 # --- Exercise 7.2: word_predictions -------------------------------------------------------
@@ -336,7 +413,40 @@ def words_returns_tensor_of_floats(word_ids, token_predictions, num_words):
     return torch.tensor(word_predictions(word_ids, token_predictions, num_words), dtype=torch.float)
 
 
+def words_drops_specials_in_place(word_ids, token_predictions, num_words):
+    """Removes [CLS] from the caller's word_ids list (inputs untouched)."""
+    predictions = [int(p) for p in list(token_predictions)]
+    del word_ids[0]
+    return word_predictions(word_ids, predictions[1:], num_words)
+
+
+def words_marks_predictions_in_place(word_ids, token_predictions, num_words):
+    """Writes -1 into the caller's predictions at special tokens (inputs untouched)."""
+    for j, word_id in enumerate(word_ids):
+        if word_id is None:
+            token_predictions[j] = -1
+    return word_predictions(word_ids, token_predictions, num_words)
+
+
+def words_numpy_ints(word_ids, token_predictions, num_words):
+    import numpy as np
+
+    return list(np.array(word_predictions(word_ids, token_predictions, num_words)))
+
+
+def words_first_seen_dict(word_ids, token_predictions, num_words):
+    """Right: a dict of first positions, filled only when a word id is seen the first time."""
+    first = {}
+    for j, word_id in enumerate(word_ids):
+        if word_id is not None:
+            first.setdefault(word_id, j)
+    predictions = list(token_predictions)
+    return [int(predictions[first[k]]) if k in first else -1 for k in range(num_words)]
+
+
 WRONG_WORDS = [
+    words_drops_specials_in_place,
+    words_marks_predictions_in_place,
     words_last_piece,
     words_keep_specials,
     words_skip_specials_only,
@@ -347,8 +457,16 @@ WRONG_WORDS = [
 ]
 
 
-def test_words_reference_passes(tokenizer):
-    assert check.word_predictions(word_predictions, tokenizer, raise_on_failure=False).passed
+@pytest.mark.parametrize("right", [word_predictions, words_first_seen_dict, words_numpy_ints])
+def test_words_right_variants_pass(tokenizer, right):
+    result = check.word_predictions(right, tokenizer, raise_on_failure=False)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("wrong", [words_drops_specials_in_place, words_marks_predictions_in_place])
+def test_words_inputs_untouched(wrong):
+    result = check.word_predictions(wrong, raise_on_failure=False)
+    assert result.status == FAILED and "inputs untouched" in result.message, result.message
 
 
 def test_words_reference_passes_without_tokenizer():
