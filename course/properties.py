@@ -269,3 +269,26 @@ def meta_device(what: str, function: Callable[..., Any], *args: Any, **kwargs: A
             return "cpu" if any(text in str(error) for text in _DEVICE_MIX) else None
 
     return observe(what, run)
+
+
+def observe_gradients(
+    what: str,
+    forward: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    parameters: Callable[[], dict[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
+    """:func:`gradients` of the student's ``forward``, observed. An output cut from the graph
+    (``.detach()``, ``torch.no_grad()``) gives ``None`` gradients instead of an error, so the
+    check can say which input or parameter gets no gradient. ``parameters`` is called inside the
+    observation (it reads the student's module)."""
+
+    def run() -> dict[str, Any]:
+        params = parameters() if parameters is not None else None
+        try:
+            return gradients(forward, inputs, params)
+        except RuntimeError as error:
+            if "does not require grad" not in str(error):
+                raise
+            return {"output": None, "inputs": [None] * len(inputs), "parameters": {}}
+
+    return observe(what, run)

@@ -122,7 +122,7 @@ def test_split_merge_wrong_rejected(name):
 
 def test_split_truncation_is_named():
     result = check.split_merge_heads(split_truncates, merge_correct, raise_on_failure=False)
-    assert "was accepted and returned shape (2, 3, 5, 3)" in result.message
+    assert "was accepted and returned shape (2, 3, 5, 3)" in result.message, result.message
     assert "ValueError" in result.message
 
 
@@ -496,3 +496,199 @@ def test_course_nn_exports_pass():
         nn_module.split_heads, nn_module.merge_heads, raise_on_failure=False
     ).passed
     assert check.multi_head_attention(nn_module.MultiHeadAttention, raise_on_failure=False).passed
+
+
+# --- one wrong implementation per property (issue 22, section 1) ------------------------------
+# Each passed the checks (or got another message) before they tested the property.
+
+
+def merge_transposes_in_place(x):
+    """transpose_ changes the caller's tensor."""
+    batch, heads, length, d_head = x.shape
+    return x.transpose_(1, 2).reshape(batch, length, heads * d_head)
+
+
+def split_detached(x, num_heads):
+    """Right values, but cut from the graph: nothing before it can learn."""
+    return split_correct(x.detach(), num_heads)
+
+
+def split_into_zeros_on_the_cpu(x, num_heads):
+    """Adds the heads to a tensor of zeros created without a device."""
+    batch, length, d_model = x.shape
+    heads = split_correct(x, num_heads)
+    return torch.zeros(heads.shape, dtype=x.dtype) + heads
+
+
+class MHAHeadsAndSizeSwapped(MHACorrect):
+    """split_heads(x, self.d_k): heads of num_heads features instead of num_heads heads."""
+
+    def split(self, x):
+        return split_correct(x, self.d_model // self.num_heads)
+
+
+class MHADropoutZeroMeansDefault(MHACorrect):
+    """nn.Dropout(dropout or 0.1): dropout=0.0 is read as "use the default"."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+        self.dropout = nn.Dropout(dropout or 0.1)
+
+
+class MHAKeyDetached(MHACorrect):
+    """Detaches the keys (as if they were a fixed memory): no gradient reaches `key`."""
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key.detach(), value, mask)
+
+
+class MHADefaultMaskOnTheCpu(MHACorrect):
+    """Builds an all-True mask when none is given, without a device."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is None:
+            mask = torch.ones(query.size(1), key.size(1), dtype=torch.bool)
+        return super().forward(query, key, value, mask)
+
+
+class MHAUnsqueezesInPlace(MHACorrect):
+    """mask.unsqueeze_(1): right numbers, but the caller's mask has changed shape."""
+
+    def prepare_mask(self, mask):
+        if mask is not None and mask.dim() == 3:
+            mask.unsqueeze_(1)
+        return mask
+
+
+class MHAAlwaysUnsqueezes(MHACorrect):
+    """Adds a head axis to every mask, also to one that already has it (the docstring allows)."""
+
+    def prepare_mask(self, mask):
+        return None if mask is None else mask.unsqueeze(1)
+
+
+PROPERTY_CASES = [
+    ("split_merge_heads", (split_correct, merge_transposes_in_place), "inputs untouched"),
+    ("split_merge_heads", (split_detached, merge_correct), "property violated: gradients"),
+    ("split_merge_heads", (split_into_zeros_on_the_cpu, merge_correct), "violated: device"),
+    ("multi_head_attention", (MHAHeadsAndSizeSwapped,), "the number of heads is wrong"),
+    ("multi_head_attention", (MHADropoutZeroMeansDefault,), "dropout=0.0) in training mode"),
+    ("multi_head_attention", (MHAKeyDetached,), "no gradient reaches `key`"),
+    ("multi_head_attention", (MHADefaultMaskOnTheCpu,), "property violated: device"),
+    ("multi_head_attention", (MHAUnsqueezesInPlace,), "inputs untouched"),
+    ("multi_head_attention", (MHAAlwaysUnsqueezes,), "already has a head axis"),
+]
+
+
+def _label(case):
+    return "-".join(getattr(f, "__name__", str(f)) for f in case[1])
+
+
+@pytest.mark.parametrize("name, wrong, words", PROPERTY_CASES, ids=map(_label, PROPERTY_CASES))
+def test_property_violation_is_named(name, wrong, words):
+    result = getattr(check, name)(*wrong, raise_on_failure=False)
+    assert result.status == FAILED, f"{_label((name, wrong))} was not rejected"
+    assert words in result.message, result.message
+
+
+# --- right variants --------------------------------------------------------------------------
+
+
+def split_unflatten(x, num_heads):
+    if x.size(-1) % num_heads:
+        raise ValueError("d_model is not divisible by num_heads")
+    return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
+
+
+def merge_flatten(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+
+
+def split_loop(x, num_heads):
+    d_model = x.size(-1)
+    if d_model % num_heads:
+        raise ValueError(f"{d_model} features cannot be shared by {num_heads} heads")
+    d_k = d_model // num_heads
+    return torch.stack([x[..., h * d_k : (h + 1) * d_k] for h in range(num_heads)], dim=1)
+
+
+def merge_cat(x):
+    return torch.cat(list(x.unbind(dim=1)), dim=-1)
+
+
+@pytest.mark.parametrize(
+    "pair", [(split_unflatten, merge_flatten), (split_loop, merge_cat)], ids=["unflatten", "loop"]
+)
+def test_split_merge_right_variants_pass(pair):
+    result = check.split_merge_heads(*pair, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+class MHAAnnotated(nn.Module):
+    """The Annotated Transformer's MultiHeadedAttention (Rush 2018), glued at the interface:
+    its four linears renamed w_q, w_k, w_v, w_o; mask == 0 filled with -1e9; dropout on p_attn."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.d_k, self.h = d_model // num_heads, num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (
+            nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
+        )
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        nbatches = query.size(0)
+        query, key, value = [
+            lin(x).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip((self.w_q, self.w_k, self.w_v), (query, key, value), strict=True)
+        ]
+        scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        p_attn = scores.softmax(dim=-1)
+        x = torch.matmul(self.dropout(p_attn), value)
+        x = x.transpose(1, 2).contiguous().view(nbatches, -1, self.h * self.d_k)
+        return self.w_o(x), p_attn
+
+
+class MHAEinsumFloat64(MHACorrect):
+    """einsum, and the softmax computed in float64 internally."""
+
+    def attend(self, q, k, v, mask):
+        scores = torch.einsum("bhqd,bhkd->bhqk", q.double(), k.double()) / q.size(-1) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1).to(q.dtype)
+        return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+@pytest.mark.parametrize("right", [MHAAnnotated, MHAEinsumFloat64], ids=lambda c: c.__name__)
+def test_mha_right_variants_pass(right):
+    result = check.multi_head_attention(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+# --- hints point at the principle, never the finished line ----------------------------------
+
+ANSWER_LINES = ["transpose(1, 2)", "reshape(B", "mask.unsqueeze(1)", "4 * d_model", "Four d_model"]
+
+
+@pytest.mark.parametrize(
+    "name, wrong",
+    [
+        ("split_merge_heads", (split_wrong_axis, merge_correct)),
+        ("split_merge_heads", (split_correct, merge_no_transpose)),
+        ("multi_head_attention", (MHAMaskNotUnsqueezed,)),
+        ("multi_head_attention", (MHAMergeWrongOrder,)),
+        ("parameter_count", (COUNT_WRONG["times_heads"],)),
+    ],
+)
+def test_hints_hold_no_answer(name, wrong):
+    result = getattr(check, name)(*wrong, raise_on_failure=False)
+    assert result.status == FAILED
+    for text in (result.hint or "", getattr(check, name).hint or ""):
+        assert not any(line in text for line in ANSWER_LINES), text

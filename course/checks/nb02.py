@@ -30,6 +30,7 @@ from course.properties import (
     large_scores,
     meta_device,
     observe,
+    observe_gradients,
 )
 
 ATTENTION_HINT = (
@@ -254,7 +255,7 @@ def _expect_attention_gradients(student_attention: Callable[..., Any], case: Att
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Any:
         return _pair(student_attention(q, k, v, case.mask), what)[0]
 
-    got = observe(what, lambda: gradients(forward, inputs))
+    got = observe_gradients(what, forward, inputs)
     ref = gradients(lambda q, k, v: _reference(q, k, v, case.mask)[0], inputs)
     for name, mine, theirs in zip(NAMES, got["inputs"], ref["inputs"], strict=False):
         expect(
@@ -538,13 +539,11 @@ def self_attention(StudentSelfAttention: type[nn.Module]) -> None:  # noqa: N803
     twin = _twin(state, 12, 5, torch.float32)
     case = _module_cases()[2]
     what = f"gradients of SelfAttention(12, 5) on {case.what}"
-    got = observe(
+    got = observe_gradients(
         what,
-        lambda: gradients(
-            lambda x: _pair(module(x, case.mask), what)[0],
-            [case.x],
-            dict(module.named_parameters()),
-        ),
+        lambda x: _pair(module(x, case.mask), what)[0],
+        [case.x],
+        lambda: dict(module.named_parameters()),
     )
     ref = gradients(
         lambda x: _twin_forward(twin, x, case.mask)[0],
