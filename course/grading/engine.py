@@ -1,0 +1,153 @@
+"""Grading one notebook: merge, choose cells, instrument, run, decide.
+
+:func:`grade_notebook` is the whole pipeline for one submitted notebook; :func:`grade_file` reads
+the files first (a missing or unreadable submission gives one honest row per exercise).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import nbformat
+
+from course.contract import ERROR, MISSING
+from course.grading import instrument as instrumenting
+from course.grading import kernel, verdict
+from course.grading.merging import (
+    check_calls,
+    check_module,
+    exercises,
+    is_answer_cell,
+    merge,
+    read_notebook,
+)
+from course.grading.selection import Dependencies
+from course.grading.verdict import ExerciseResult
+
+DEFAULT_TIMEOUT_S = 60  # per exercise: its answer cell, the cells it added, its check cell
+TEMPLATE_CELL_S = 300  # a cell of the template itself (loading a model, building data)
+
+
+def unreadable(
+    template: nbformat.NotebookNode, name: str, status: str, message: str
+) -> list[ExerciseResult]:
+    """The same status and message for every exercise of a notebook that could not be graded."""
+    return [ExerciseResult(name, ex, check, status, message) for ex, check in exercises(template)]
+
+
+def _number(name: str, template: nbformat.NotebookNode) -> int:
+    """The notebook's number (``03``), from the checks module it imports, else its file name."""
+    try:
+        return int(check_module(template).rsplit("nb", 1)[1])
+    except (ValueError, IndexError):
+        return int(name[:2]) if name[:2].isdigit() else 99
+
+
+def grade_notebook(
+    template: nbformat.NotebookNode,
+    submission: nbformat.NotebookNode,
+    name: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_gb: float = kernel.DEFAULT_MEMORY_GB,
+    threads: int = 1,
+    seed: int = 0,
+    budget_s: float | None = None,
+) -> list[ExerciseResult]:
+    """Grade one submitted notebook against its template; one trusted result per check call.
+
+    ``timeout_s`` limits each cell the student wrote or added and each check cell (the kernel is
+    interrupted, the next cell runs); ``budget_s`` limits the whole notebook (default: the sum of
+    the cells' limits, capped by nothing else).
+    """
+    trusted = verdict.trusted_checks()  # before any student process starts
+    guard = verdict.tree_guard()
+    module = trusted[check_module(template)]
+    calls = check_calls(template)
+    merged = merge(template, submission)
+    graded = merged.notebook
+    graph = Dependencies(graded)
+    check_cell = {}  # template check-cell index -> graded index
+    for index, t in merged.template_index.items():
+        check_cell[t] = index
+    for call in calls:
+        call.cell = check_cell[call.cell]
+    answers = [i for i in merged.answers]
+    seeds = (
+        {graph.code[0]}
+        | set(answers)
+        | {i for i in graph.code if is_answer_cell(graded.cells[i])}
+        | {call.cell for call in calls}
+    )
+    needed = sorted(graph.closure(seeds))
+    student = set(merged.answers) | set(merged.added)
+    # Per exercise: the student's cells its check depends on (forbidden imports, timeouts).
+    student_cells: dict[str, list[int]] = {}
+    flagged: dict[str, list[str]] = {}
+    for call in calls:
+        mine = sorted(graph.closure({call.cell}) & student)
+        own = [i for i in merged.answers if i < call.cell and i not in mine]
+        if own:  # the answer cell right before the check counts even when nothing uses it
+            mine = sorted(set(mine) | {own[-1]})
+        student_cells[call.check] = mine
+        reasons = sorted({r for i in mine for r in verdict.forbidden(graded.cells[i].source)})
+        if reasons:
+            flagged[call.check] = reasons
+    timeouts = {
+        i: timeout_s
+        if i in student or i in {c.cell for c in calls}
+        else max(timeout_s, TEMPLATE_CELL_S)
+        for i in needed
+    }
+    if budget_s is None:
+        budget_s = kernel.STARTUP_S + sum(timeouts.values())
+    runnable = instrumenting.instrument(graded, needed, seed, timeouts)
+    scratch = kernel.scratch_folder()
+    try:
+        kernel.private_course(scratch, guard.files, _number(name, template))
+        run = kernel.run(runnable, scratch, name, budget_s, timeout_s, memory_gb, threads)
+        changed = guard.restore()
+        results = verdict.verdicts(name, calls, run, seed, module, student_cells, flagged)
+    finally:
+        kernel.remove_scratch(scratch)
+    if changed:
+        restored = os.environ.get(kernel.RESTORE_ENV, "1") != "0"
+        note = (
+            f"the grader's course files changed while this notebook ran ({', '.join(changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''}); "
+            + ("they were restored" if restored else "left as they are (COURSE_GRADING_RESTORE=0)")
+        )
+        for result in results:
+            result.flags.append(note)
+            result.message += f"\n⚠️ Flagged for the instructor: {note}."
+    for result in results:
+        result.seconds = round(run.seconds, 1)
+    return results
+
+
+def grade_file(
+    template_path: Path,
+    submission_path: Path | None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_gb: float = kernel.DEFAULT_MEMORY_GB,
+    threads: int = 1,
+    seed: int = 0,
+    budget_s: float | None = None,
+) -> list[ExerciseResult]:
+    """Grade ``submission_path`` (which may be absent or not a notebook) against a template."""
+    template = nbformat.read(template_path, as_version=4)
+    name = Path(template_path).name
+    if submission_path is None or not Path(submission_path).exists():
+        return unreadable(template, name, MISSING, f"{name} was not submitted")
+    try:
+        submission = read_notebook(Path(submission_path))
+    except ValueError as error:
+        return unreadable(template, name, ERROR, str(error))
+    start = time.time()
+    results = grade_notebook(
+        template, submission, name, timeout_s, memory_gb, threads, seed, budget_s
+    )
+    for result in results:
+        result.seconds = round(time.time() - start, 1)
+    return results

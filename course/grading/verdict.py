@@ -1,0 +1,291 @@
+"""The trusted verdict: replaying each check on its recorded data, and the rows of results.
+
+Runs only in the grader's process, after every process of the student's run has ended:
+
+* :func:`trusted_checks` imports every ``course.checks.nbNN`` module *before* any student
+  process starts (and snapshots the grader's course tree, :class:`~course.grading.kernel.TreeGuard`);
+* :func:`verdicts` reads each probe record (bytes, size-capped) and calls
+  :func:`course.check.replay` with the *trusted* check and the argument layout of the
+  *template's* check call. A missing or unreadable record gives an honest row (error, timeout,
+  not run) with its reason: nothing the student's process writes can produce a pass;
+* :func:`forbidden` flags answer cells that import the course's check or reference code
+  (:data:`course.contract.FORBIDDEN_IN_ANSWERS`) or use the notebook's ``check`` module: such an
+  exercise scores 0, decided by static analysis here;
+* :func:`write_results_json` writes Gradescope's ``results.json`` from trusted results only.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import pkgutil
+import threading
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from course.contract import (
+    ERROR,
+    FAILED,
+    FORBIDDEN_IN_ANSWERS,
+    NOT_IMPLEMENTED,
+    PASSED,
+    TIMEOUT,
+)
+from course.grading.instrument import record_path
+from course.grading.kernel import Run, TreeGuard
+from course.grading.merging import CheckCall, cell_code
+
+
+@dataclass
+class ExerciseResult:
+    """The grade of one exercise: ``exercise`` is its id (``"0.1"``)."""
+
+    notebook: str
+    exercise: str
+    check: str
+    status: str
+    message: str = ""
+    seconds: float = 0.0  # wall-clock time of the whole notebook this exercise belongs to
+    flags: list[str] = field(default_factory=list)  # for the instructor: forbidden import, ...
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+
+# --- trusted modules -------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_trusted: dict[str, ModuleType] = {}
+_guard: list[TreeGuard] = []
+
+
+def trusted_checks() -> dict[str, ModuleType]:
+    """Every ``course.checks`` module, imported once, before any student process starts."""
+    with _lock:
+        if not _trusted:
+            import course.checks
+
+            for info in pkgutil.iter_modules(course.checks.__path__):
+                if info.name.startswith("nb"):
+                    module = importlib.import_module(f"course.checks.{info.name}")
+                    _trusted[module.__name__] = module
+            _guard.append(TreeGuard())
+        return _trusted
+
+
+def tree_guard() -> TreeGuard:
+    trusted_checks()
+    return _guard[0]
+
+
+# --- static analysis of the student's cells ---------------------------------------------------
+
+
+def _forbidden_name(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN_IN_ANSWERS)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def forbidden(source: str) -> list[str]:
+    """Why a student's cell may not count: imports of check/reference code, use of ``check``."""
+    try:
+        tree = ast.parse(cell_code(source))
+    except SyntaxError:
+        return []
+    reasons = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            reasons += [f"imports {a.name}" for a in node.names if _forbidden_name(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if _forbidden_name(node.module):
+                reasons.append(f"imports from {node.module}")
+            elif node.module == "course":
+                reasons += [
+                    f"imports course.{a.name}"
+                    for a in node.names
+                    if _forbidden_name(f"course.{a.name}")
+                ]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            target = _dotted(node.func) or ""
+            argument = node.args[0].value
+            if target.split(".")[-1] in ("__import__", "import_module") and isinstance(
+                argument, str
+            ):
+                if _forbidden_name(argument) or argument == "course":
+                    reasons.append(f"imports {argument} dynamically")
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if dotted and _forbidden_name(dotted):
+                reasons.append(f"uses {dotted}")
+        elif isinstance(node, ast.Name) and node.id == "check":
+            reasons.append("uses the notebook's `check` module")
+    return sorted(set(reasons))
+
+
+# --- replaying records ----------------------------------------------------------------------
+
+
+def read_record(folder: Path, name: str) -> bytes | None:
+    """The record's bytes, or None (missing, not a plain file, or too large to be one)."""
+    from course.observe import MAX_RECORD_BYTES
+
+    path = record_path(folder, name)
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
+            return None
+        with open(path, "rb") as file:
+            return file.read(MAX_RECORD_BYTES + 1)
+    except OSError:
+        return None
+
+
+def _missing(call: CheckCall, run: Run, student_cells: Iterable[int]) -> tuple[str, str]:
+    """Status and message of an exercise whose check left no record: say why, honestly."""
+    check_row = run.cells.get(call.cell, {})
+    earlier = [
+        (index, run.cells[index])
+        for index in sorted(student_cells)
+        if index in run.cells and run.cells[index].get("status") in ("timeout", "error")
+    ]
+    if check_row.get("status") == "timeout":
+        return TIMEOUT, "time limit reached while the check ran your code"
+    timed_out = [i for i, row in earlier if row["status"] == "timeout"]
+    if timed_out:
+        return TIMEOUT, "time limit reached in your code before the check ran"
+    if check_row.get("status") == "error":
+        cause = [row.get("message", "") for _, row in earlier if row["status"] == "error"]
+        extra = f" (an earlier cell failed first: {cause[-1]})" if cause else ""
+        return ERROR, f"the check could not run: {check_row.get('message', '')}{extra}"
+    if run.end == "deadline":
+        return TIMEOUT, "the notebook's time limit was reached before this check ran"
+    if run.end == "dead" or check_row.get("status") == "started":
+        return ERROR, "the kernel died before this check finished (memory limit or a crash)"
+    if run.end == "complete" and check_row.get("status") == "ok":
+        return ERROR, "the check ran but left no record (something in the notebook removed it)"
+    tail = run.stderr.strip().splitlines()[-1:] if run.end == "crash" else []
+    reason = f": {tail[0][:200]}" if tail else ""
+    return ERROR, f"the check did not run (the grading run stopped before it{reason})"
+
+
+def verdicts(
+    name: str,
+    calls: list[CheckCall],
+    run: Run,
+    seed: int,
+    module: ModuleType,
+    student_cells: dict[str, list[int]],
+    flagged: dict[str, list[str]],
+) -> list[ExerciseResult]:
+    """One trusted result per check call of the template."""
+    from course.check import replay
+
+    results = []
+    for call in calls:
+        check = getattr(module, call.check, None)
+        reasons = flagged.get(call.check, [])
+        if check is None or not hasattr(check, "body"):
+            results.append(ExerciseResult(name, call.exercise, call.check, ERROR, "no such check"))
+            continue
+        label = f"{check.exercise} ({check.title})"
+        if reasons:
+            message = (
+                f"❌ {label}: scored 0: your answer {'; '.join(reasons)}. Answers must not use "
+                "the course's checks or their reference code."
+            )
+            results.append(
+                ExerciseResult(name, call.exercise, call.check, FAILED, message, flags=reasons)
+            )
+            continue
+        data = read_record(run.records, call.check)
+        if data is None:
+            status, message = _missing(call, run, student_cells.get(call.check, []))
+            results.append(ExerciseResult(name, call.exercise, call.check, status, message))
+            continue
+        try:
+            verdict = replay(
+                check, data, seed=seed, positional=call.positional, keywords=call.keywords
+            )
+        except Exception as error:  # noqa: BLE001 - the replay must never take the grader down
+            results.append(
+                ExerciseResult(
+                    name,
+                    call.exercise,
+                    call.check,
+                    ERROR,
+                    f"the check's record could not be replayed ({type(error).__name__}: {error})",
+                )
+            )
+            continue
+        status = verdict.status if verdict.status in (PASSED, FAILED, NOT_IMPLEMENTED) else ERROR
+        results.append(ExerciseResult(name, call.exercise, call.check, status, verdict.report()))
+    return results
+
+
+# --- Gradescope ------------------------------------------------------------------------------
+
+
+def gradescope_report(
+    results: list[ExerciseResult],
+    points: dict[str, float] | None = None,
+    execution_time: float | None = None,
+) -> dict:
+    """Gradescope's results.json content, from trusted results."""
+    points = points or {}
+
+    def worth(r: ExerciseResult) -> float:
+        return points.get(r.exercise, 1.0)
+
+    tests = [
+        {
+            "name": f"Exercise {r.exercise} ({Path(r.notebook).stem})",
+            "score": worth(r) if r.passed else 0.0,
+            "max_score": worth(r),
+            "status": "passed" if r.passed else "failed",
+            "output": f"{r.status}: {r.message}".strip(),
+            "visibility": "visible",
+        }
+        for r in results
+    ]
+    report = {
+        "score": sum(t["score"] for t in tests),
+        "output": f"{sum(r.passed for r in results)} of {len(results)} exercises passed.",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+    if execution_time is not None:
+        report["execution_time"] = round(execution_time)
+    return report
+
+
+def write_results_json(path: Path, report: dict) -> Path:
+    """Write ``report`` to ``path`` atomically, replacing whatever is there (a file the student's
+    code wrote, a symlink): call it only after every student process has ended."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        import shutil
+
+        shutil.rmtree(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    partial.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def as_dicts(results: Iterable[ExerciseResult]) -> list[dict]:
+    return [asdict(result) for result in results]
