@@ -1,4 +1,6 @@
-"""The checks of notebook 04 accept a correct solution and reject the stub and typical mistakes."""
+"""The checks of notebook 04: right variants pass (float32 tables of pytorch/examples, the
+Annotated Transformer and d2l among them), the stubs are "not implemented", and each wrong
+implementation fails with the property it violates named in the message."""
 
 from __future__ import annotations
 
@@ -11,18 +13,28 @@ from torch import nn
 from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb04 as check
 
+
+def _rejected(check_function, wrong, phrase):
+    try:
+        result = check_function(wrong, raise_on_failure=False)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert result.status == FAILED, f"{wrong} was accepted"
+    assert phrase in result.message, result.message
+
+
 # --- 4.1 sinusoidal table --------------------------------------------------------------------
 
 
 def _table(
     max_len, d_model, *, swap=False, exponent="2i", start=0, layout="interleaved", base=10000.0
 ):
-    """A sinusoidal table with optional, deliberate mistakes."""
+    """A sinusoidal table in float64, with optional, deliberate mistakes."""
     position = torch.arange(start, start + max_len, dtype=torch.float64).unsqueeze(1)
     pair = torch.arange(0, (d_model + 1) // 2, dtype=torch.float64)  # i = 0, 1, 2, ...
     if exponent == "2i":
         angle = position / base ** (2 * pair / d_model)
-    elif exponent == "i":  # 2i/d computed as i/d
+    else:  # 2i/d computed as i/d
         angle = position / base ** (pair / d_model)
     first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -48,45 +60,89 @@ def table_stub(max_len, d_model):
     raise NotImplementedError
 
 
-def table_float32_angles(max_len, d_model):
-    """The Annotated Transformer's table: angles computed in float32."""
-    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    div = torch.exp(
-        torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model)
+def table_pytorch_examples(max_len, d_model):
+    """pytorch/examples word_language_model PositionalEncoding (float32 angles)."""
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def table_annotated_transformer(max_len, d_model):
+    """The Annotated Transformer's PositionalEncoding (float32 angles, integer arange)."""
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def table_d2l(max_len, num_hiddens):
+    """d2l.ai's PositionalEncoding (float32, a division by torch.pow)."""
+    P = torch.zeros((1, max_len, num_hiddens))  # noqa: N806 - d2l's name
+    X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(  # noqa: N806
+        10000, torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens
     )
-    table = torch.zeros(max_len, d_model)
-    table[:, 0::2] = torch.sin(position * div)
-    table[:, 1::2] = torch.cos(position * div)[:, : d_model // 2]
-    return table
+    P[:, :, 0::2] = torch.sin(X)
+    P[:, :, 1::2] = torch.cos(X)
+    return P[0]
 
 
-def table_odd_d_model_crashes(max_len, d_model):
-    """Fills the cosine columns with every angle: a shape error when d_model is odd."""
-    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
-    angle = position / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle)
-    return table.float()
+def table_loops(max_len, d_model):
+    """Element by element with math, as the formula reads."""
+    rows = []
+    for pos in range(max_len):
+        row = []
+        for column in range(d_model):
+            angle = pos / 10000 ** ((column - column % 2) / d_model)
+            row.append(math.sin(angle) if column % 2 == 0 else math.cos(angle))
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)
 
+
+def table_global_float64(max_len, d_model):
+    """Switches torch's default dtype to float64 for precision and leaves it so."""
+    torch.set_default_dtype(torch.float64)
+    return _table(max_len, d_model)
+
+
+RIGHT_TABLE = [
+    table_correct,
+    table_pytorch_examples,
+    table_annotated_transformer,
+    table_d2l,
+    table_loops,
+]
 
 TABLE_WRONG = {
-    "angles_in_float32": table_float32_angles,
-    "odd_d_model_crashes": table_odd_d_model_crashes,
-    "all_zeros": lambda n, d: torch.zeros(n, d),
-    "sin_cos_swapped": lambda n, d: _table(n, d, swap=True),
-    "exponent_i_over_d": lambda n, d: _table(n, d, exponent="i"),
-    "exponent_from_column_index": lambda n, d: _table(n, d, layout="column_index"),
-    "positions_start_at_1": lambda n, d: _table(n, d, start=1),
-    "sines_then_cosines_halves": lambda n, d: _table(n, d, layout="halves"),
-    "float64_returned": lambda n, d: _table(n, d).double(),
-    "transposed": lambda n, d: _table(n, d).T.contiguous(),
-    "base_1000": lambda n, d: _table(n, d, base=1000.0),
+    "all zeros": (lambda n, d: torch.zeros(n, d), "all zeros"),
+    "sin and cos swapped": (lambda n, d: _table(n, d, swap=True), "swapped"),
+    "exponent i/d": (lambda n, d: _table(n, d, exponent="i"), "differs"),
+    "exponent from the column index": (lambda n, d: _table(n, d, layout="column_index"), "differs"),
+    "positions start at 1": (lambda n, d: _table(n, d, start=1), "start at 0"),
+    "sines then cosines": (lambda n, d: _table(n, d, layout="halves"), "interleaves"),
+    "float64 returned": (lambda n, d: _table(n, d).double(), "float32"),
+    "transposed": (lambda n, d: _table(n, d).T.contiguous(), "shape"),
+    "base 1000": (lambda n, d: _table(n, d, base=1000.0), "differs"),
+    "float16": (lambda n, d: _table(n, d).half().float(), "differs"),
+    "default dtype left at float64 (global state)": (table_global_float64, "global state"),
 }
 
 
-def test_table_correct_passes():
-    assert check.sinusoidal_table(table_correct, raise_on_failure=False).status == PASSED
+@pytest.mark.parametrize("right", RIGHT_TABLE, ids=lambda f: f.__name__)
+def test_table_right_passes(right):
+    result = check.sinusoidal_table(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
+def test_table_float32_angles_pass_with_a_note(capsys):
+    assert check.sinusoidal_table(table_pytorch_examples, raise_on_failure=False).passed
+    assert "Note:" in capsys.readouterr().out
+    assert check.sinusoidal_table(table_correct, raise_on_failure=False).passed
+    assert "Note:" not in capsys.readouterr().out
 
 
 def test_table_stub_not_implemented():
@@ -95,23 +151,7 @@ def test_table_stub_not_implemented():
 
 @pytest.mark.parametrize("name", TABLE_WRONG)
 def test_table_wrong_rejected(name):
-    result = check.sinusoidal_table(TABLE_WRONG[name], raise_on_failure=False)
-    assert result.status == FAILED, name
-
-
-def test_table_messages_name_the_mistake():
-    swapped = check.sinusoidal_table(TABLE_WRONG["sin_cos_swapped"], raise_on_failure=False)
-    assert "swapped" in swapped.message
-    shifted = check.sinusoidal_table(TABLE_WRONG["positions_start_at_1"], raise_on_failure=False)
-    assert "start at 0" in shifted.message
-    halves = check.sinusoidal_table(
-        TABLE_WRONG["sines_then_cosines_halves"], raise_on_failure=False
-    )
-    assert "interleaves" in halves.message
-    zeros = check.sinusoidal_table(TABLE_WRONG["all_zeros"], raise_on_failure=False)
-    assert "all zeros" in zeros.message and "halves" not in zeros.message
-    float32 = check.sinusoidal_table(TABLE_WRONG["angles_in_float32"], raise_on_failure=False)
-    assert "lose precision at large positions" in float32.message
+    _rejected(check.sinusoidal_table, *TABLE_WRONG[name])
 
 
 # --- 4.2 sinusoidal module -------------------------------------------------------------------
@@ -124,10 +164,42 @@ class SinusoidalCorrect(nn.Module):
         self.register_buffer("pe", table_correct(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x):
+    def check_length(self, x):
         if x.size(1) > self.max_len:
             raise ValueError("too long")
+
+    def forward(self, x):
+        self.check_length(x)
         return self.dropout(x + self.pe[: x.size(1)])
+
+
+class SinusoidalPytorchExamples(nn.Module):
+    """pytorch/examples' module, (1, max_len, d) buffer, made batch-first and non-persistent."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.max_len = max_len
+        pe = table_pytorch_examples(max_len, d_model).unsqueeze(0)
+        self.register_buffer("pe", pe, persistent=False)
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError(f"length {x.size(1)} > max_len {self.max_len}")
+        x = x + self.pe[:, : x.size(1), :]
+        return self.dropout(x)
+
+
+class SinusoidalFunctionalDropout(SinusoidalCorrect):
+    """Right: F.dropout with training=self.training."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.0):
+        super().__init__(d_model, max_len, dropout)
+        self.p = dropout
+
+    def forward(self, x):
+        self.check_length(x)
+        return nn.functional.dropout(x + self.pe[: x.size(1)], self.p, self.training)
 
 
 class SinusoidalStub(nn.Module):
@@ -144,8 +216,7 @@ class SinusoidalSeqFirst(SinusoidalCorrect):
         self.pe = self.pe.unsqueeze(1)  # (max_len, 1, d)
 
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
+        self.check_length(x)
         return self.dropout(x + self.pe[: x.size(0)])
 
 
@@ -153,13 +224,19 @@ class SinusoidalWholeTable(SinusoidalCorrect):
     """Adds a table row per batch element, broadcasting over the positions."""
 
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
+        self.check_length(x)
         return self.dropout(x + self.pe[: x.size(0)].unsqueeze(1))
 
 
 class SinusoidalNoLengthCheck(SinusoidalCorrect):
     def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class SinusoidalRejectsMaxLen(SinusoidalCorrect):
+    def forward(self, x):
+        if x.size(1) >= self.max_len:
+            raise ValueError("too long")
         return self.dropout(x + self.pe[: x.size(1)])
 
 
@@ -171,47 +248,53 @@ class SinusoidalParameter(SinusoidalCorrect):
         self.pe = nn.Parameter(pe)
 
 
-class SinusoidalPlainAttribute(nn.Module):
+class SinusoidalPlainAttribute(SinusoidalCorrect):
     """The table as a plain tensor attribute: does not follow .double() or .to(device)."""
 
     def __init__(self, d_model, max_len=512, dropout=0.0):
-        super().__init__()
-        self.max_len = max_len
-        self.pe = table_correct(max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
-        return self.dropout(x + self.pe[: x.size(1)])
+        super().__init__(d_model, max_len, dropout)
+        pe = self.pe
+        del self.pe
+        self.pe = pe
 
 
 class SinusoidalNoDropout(SinusoidalCorrect):
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
+        self.check_length(x)
         return x + self.pe[: x.size(1)]
 
 
 class SinusoidalDropoutAlways(SinusoidalCorrect):
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
+        self.check_length(x)
         return nn.functional.dropout(x + self.pe[: x.size(1)], self.dropout.p, training=True)
+
+
+class SinusoidalDefaultDropoutOfThePaper(SinusoidalCorrect):
+    """The default dropout is the paper's 0.1, not the 0.0 the signature states."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.1):
+        super().__init__(d_model, max_len, dropout)
+
+
+class SinusoidalDefaultMaxLen5000(SinusoidalCorrect):
+    """pytorch/examples' default max_len=5000, not the 512 the signature states."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__(d_model, max_len, dropout)
 
 
 class SinusoidalSwapped(SinusoidalCorrect):
     def __init__(self, d_model, max_len=512, dropout=0.0):
         super().__init__(d_model, max_len, dropout)
-        self.pe = TABLE_WRONG["sin_cos_swapped"](max_len, d_model)
+        self.pe = _table(max_len, d_model, swap=True)
 
 
 class SinusoidalScaled(SinusoidalCorrect):
     """Multiplies by the encoding instead of adding it."""
 
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
+        self.check_length(x)
         return self.dropout(x * self.pe[: x.size(1)])
 
 
@@ -226,28 +309,62 @@ class SinusoidalPersistent(SinusoidalCorrect):
 
 class SinusoidalDropoutBeforeAdding(SinusoidalCorrect):
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
+        self.check_length(x)
         return self.dropout(x) + self.pe[: x.size(1)]
 
 
+class SinusoidalIndexedByCpuPositions(SinusoidalCorrect):
+    """Indexes the buffer with positions created on the CPU: fails on a GPU."""
+
+    def forward(self, x):
+        self.check_length(x)
+        return self.dropout(x + self.pe[torch.arange(x.size(1))])
+
+
+class SinusoidalDetachesX(SinusoidalCorrect):
+    """Cuts the gradient to the token embeddings."""
+
+    def forward(self, x):
+        self.check_length(x)
+        return self.dropout(x.detach() + self.pe[: x.size(1)])
+
+
+class SinusoidalInPlace(SinusoidalCorrect):
+    def forward(self, x):
+        self.check_length(x)
+        x += self.pe[: x.size(1)]
+        return self.dropout(x)
+
+
 MODULE_WRONG = {
-    "persistent_buffer": SinusoidalPersistent,
-    "dropout_before_adding": SinusoidalDropoutBeforeAdding,
-    "seq_first_broadcast": SinusoidalSeqFirst,
-    "one_row_per_batch_element": SinusoidalWholeTable,
-    "no_length_check": SinusoidalNoLengthCheck,
-    "table_is_a_parameter": SinusoidalParameter,
-    "table_not_a_buffer": SinusoidalPlainAttribute,
-    "dropout_ignored": SinusoidalNoDropout,
-    "dropout_in_eval_mode": SinusoidalDropoutAlways,
-    "sin_cos_swapped": SinusoidalSwapped,
-    "multiplied_not_added": SinusoidalScaled,
+    "persistent buffer": (SinusoidalPersistent, "state_dict"),
+    "dropout before adding": (SinusoidalDropoutBeforeAdding, "before the encoding is added"),
+    "seq-first broadcast": (SinusoidalSeqFirst, ""),
+    "one row per batch element": (SinusoidalWholeTable, ""),
+    "no length check": (SinusoidalNoLengthCheck, "ValueError"),
+    "rejects a length of exactly max_len": (SinusoidalRejectsMaxLen, "up to and including"),
+    "table is a parameter": (SinusoidalParameter, "trainable"),
+    "table not a buffer": (SinusoidalPlainAttribute, "no buffer"),
+    "dropout ignored (train mode)": (SinusoidalNoDropout, "train mode"),
+    "dropout in eval mode": (SinusoidalDropoutAlways, "eval mode"),
+    "default dropout 0.1 (train mode)": (SinusoidalDefaultDropoutOfThePaper, "nothing may be"),
+    "default max_len 5000 (constructor arguments)": (SinusoidalDefaultMaxLen5000, "max_len=512"),
+    "sin and cos swapped": (SinusoidalSwapped, "differs"),
+    "multiplied, not added": (SinusoidalScaled, "differs"),
+    "positions created on the CPU (device)": (SinusoidalIndexedByCpuPositions, "device"),
+    "x detached (gradients)": (SinusoidalDetachesX, "gradient"),
+    "adds in place (inputs untouched)": (SinusoidalInPlace, "inputs untouched"),
 }
 
 
-def test_module_correct_passes():
-    assert check.sinusoidal_encoding(SinusoidalCorrect, raise_on_failure=False).status == PASSED
+@pytest.mark.parametrize(
+    "right",
+    [SinusoidalCorrect, SinusoidalPytorchExamples, SinusoidalFunctionalDropout],
+    ids=lambda c: c.__name__,
+)
+def test_module_right_passes(right):
+    result = check.sinusoidal_encoding(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
 
 
 def test_module_stub_not_implemented():
@@ -257,20 +374,7 @@ def test_module_stub_not_implemented():
 
 @pytest.mark.parametrize("name", MODULE_WRONG)
 def test_module_wrong_rejected(name):
-    result = check.sinusoidal_encoding(MODULE_WRONG[name], raise_on_failure=False)
-    assert result.status == FAILED, name
-
-
-def test_module_length_error_message():
-    result = check.sinusoidal_encoding(SinusoidalNoLengthCheck, raise_on_failure=False)
-    assert "ValueError" in result.message
-
-
-def test_module_mistakes_are_named():
-    persistent = check.sinusoidal_encoding(SinusoidalPersistent, raise_on_failure=False)
-    assert "saved in the module's state_dict" in persistent.message
-    before = check.sinusoidal_encoding(SinusoidalDropoutBeforeAdding, raise_on_failure=False)
-    assert "dropout is applied to x before the encoding is added" in before.message
+    _rejected(check.sinusoidal_encoding, *MODULE_WRONG[name])
 
 
 # --- 4.3 learned embedding -------------------------------------------------------------------
@@ -282,14 +386,17 @@ class LearnedCorrect(nn.Module):
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
 
-    def forward(self, x):
+    def check_length(self, x):
         if x.size(1) > self.max_len:
             raise ValueError("too long")
-        return x + self.embedding(torch.arange(x.size(1)))
+
+    def forward(self, x):
+        self.check_length(x)
+        return x + self.embedding(torch.arange(x.size(1), device=x.device))
 
 
 class LearnedParameter(nn.Module):
-    """Also correct: a bare nn.Parameter table."""
+    """Also right: a bare nn.Parameter table (GPT-2's wpe is an Embedding, nanoGPT too)."""
 
     def __init__(self, max_len, d_model):
         super().__init__()
@@ -302,6 +409,18 @@ class LearnedParameter(nn.Module):
         return x + self.table[: x.size(1)]
 
 
+class LearnedNanoGPT(LearnedCorrect):
+    """nanoGPT's lookup: pos = torch.arange(0, t, dtype=torch.long, device=device)."""
+
+    def forward(self, x):
+        b, t, _ = x.size()
+        if t > self.max_len:
+            raise ValueError(f"Cannot forward sequence of length {t}, block size is only "
+                             f"{self.max_len}")  # fmt: skip
+        pos = torch.arange(0, t, dtype=torch.long, device=x.device)
+        return x + self.embedding(pos)
+
+
 class LearnedStub(nn.Module):
     def __init__(self, max_len, d_model):
         super().__init__()
@@ -310,28 +429,26 @@ class LearnedStub(nn.Module):
 
 class LearnedFromOne(LearnedCorrect):
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
-        return x + self.embedding(torch.arange(1, x.size(1) + 1).clamp(max=self.max_len - 1))
+        self.check_length(x)
+        positions = torch.arange(1, x.size(1) + 1, device=x.device).clamp(max=self.max_len - 1)
+        return x + self.embedding(positions)
 
 
 class LearnedNoLengthCheck(LearnedCorrect):
     def forward(self, x):
-        return x + self.embedding(torch.arange(x.size(1)))
+        return x + self.embedding(torch.arange(x.size(1), device=x.device))[: x.size(1)]
 
 
 class LearnedBatchBroadcast(LearnedCorrect):
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
-        return x + self.embedding(torch.arange(x.size(0))).unsqueeze(1)
+        self.check_length(x)
+        return x + self.embedding(torch.arange(x.size(0), device=x.device)).unsqueeze(1)
 
 
 class LearnedReturnsOnlyPositions(LearnedCorrect):
     def forward(self, x):
-        if x.size(1) > self.max_len:
-            raise ValueError("too long")
-        return self.embedding(torch.arange(x.size(1))).expand_as(x)
+        self.check_length(x)
+        return self.embedding(torch.arange(x.size(1), device=x.device)).expand_as(x)
 
 
 class LearnedFrozen(LearnedCorrect):
@@ -349,19 +466,54 @@ class LearnedExtraLayer(LearnedCorrect):
         return self.proj(super().forward(x))
 
 
+class LearnedCpuPositions(LearnedCorrect):
+    """`torch.arange(L)` without a device: runs on the CPU only."""
+
+    def forward(self, x):
+        self.check_length(x)
+        return x + self.embedding(torch.arange(x.size(1)))
+
+
+class LearnedDetachesX(LearnedCorrect):
+    def forward(self, x):
+        self.check_length(x)
+        return x.detach() + self.embedding(torch.arange(x.size(1), device=x.device))
+
+
+class LearnedInPlace(LearnedCorrect):
+    def forward(self, x):
+        self.check_length(x)
+        x += self.embedding(torch.arange(x.size(1), device=x.device))
+        return x
+
+
+class LearnedRejectsMaxLen(LearnedCorrect):
+    def forward(self, x):
+        if x.size(1) >= self.max_len:
+            raise ValueError("too long")
+        return super().forward(x)
+
+
 LEARNED_WRONG = {
-    "positions_start_at_1": LearnedFromOne,
-    "no_length_check": LearnedNoLengthCheck,
-    "batch_axis_broadcast": LearnedBatchBroadcast,
-    "x_not_added": LearnedReturnsOnlyPositions,
-    "table_frozen": LearnedFrozen,
-    "extra_projection": LearnedExtraLayer,
+    "positions start at 1": (LearnedFromOne, "differs"),
+    "no length check": (LearnedNoLengthCheck, "ValueError"),
+    "rejects a length of exactly max_len": (LearnedRejectsMaxLen, "up to and including"),
+    "batch axis broadcast": (LearnedBatchBroadcast, ""),
+    "x not added": (LearnedReturnsOnlyPositions, "differs"),
+    "table frozen": (LearnedFrozen, "trainable"),
+    "extra projection": (LearnedExtraLayer, "trainable"),
+    "torch.arange(L) without a device (device)": (LearnedCpuPositions, "device"),
+    "x detached (gradients)": (LearnedDetachesX, "w.r.t. x"),
+    "adds in place (inputs untouched)": (LearnedInPlace, "inputs untouched"),
 }
 
 
-@pytest.mark.parametrize("impl", [LearnedCorrect, LearnedParameter], ids=["embedding", "parameter"])
-def test_learned_correct_passes(impl):
-    assert check.learned_embedding(impl, raise_on_failure=False).status == PASSED
+@pytest.mark.parametrize(
+    "impl", [LearnedCorrect, LearnedParameter, LearnedNanoGPT], ids=lambda c: c.__name__
+)
+def test_learned_right_passes(impl):
+    result = check.learned_embedding(impl, raise_on_failure=False)
+    assert result.status == PASSED, result.message
 
 
 def test_learned_stub_not_implemented():
@@ -371,8 +523,7 @@ def test_learned_stub_not_implemented():
 
 @pytest.mark.parametrize("name", LEARNED_WRONG)
 def test_learned_wrong_rejected(name):
-    result = check.learned_embedding(LEARNED_WRONG[name], raise_on_failure=False)
-    assert result.status == FAILED, name
+    _rejected(check.learned_embedding, *LEARNED_WRONG[name])
 
 
 # --- 4.4 RoPE --------------------------------------------------------------------------------
@@ -381,9 +532,9 @@ def test_learned_wrong_rejected(name):
 def _angles(x, positions, base, exponent="2i", start=0):
     dim = x.shape[-1]
     if positions is None:
-        positions = torch.arange(start, start + x.shape[-2])
+        positions = torch.arange(start, start + x.shape[-2], device=x.device)
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    i = torch.arange(dim // 2, dtype=dtype)
+    i = torch.arange(dim // 2, dtype=dtype, device=x.device)
     if exponent == "2i":
         theta = base ** (-2 * i / dim)
     elif exponent == "i":
@@ -398,6 +549,31 @@ def rope_correct(x, positions=None, base=10000.0, *, exponent="2i", start=0, sig
     cos, sin = angle.cos().to(x.dtype), (sign * angle.sin()).to(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def rope_complex(x, positions=None, base=10000.0):
+    """Right: Meta's LLaMA reference, x as complex numbers times exp(i m theta)."""
+    dim, length = x.shape[-1], x.shape[-2]
+    if positions is None:
+        positions = torch.arange(length, device=x.device)
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device).double() / dim))
+    angle = positions.double().unsqueeze(-1) * freqs
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], dim // 2, 2).contiguous())
+    out = torch.view_as_real(pairs * torch.polar(torch.ones_like(angle), angle)).flatten(-2)
+    return out.to(x.dtype)
+
+
+def rope_einsum(x, positions=None, base=10000.0):
+    """Right: a (..., L, d, d) block-diagonal rotation applied with einsum."""
+    angle = _angles(x, positions, base).double()
+    cos, sin = angle.cos(), angle.sin()
+    dim = x.shape[-1]
+    rotation = torch.zeros(*angle.shape[:-1], dim, dim, dtype=torch.float64, device=x.device)
+    rotation[..., 0::2, 0::2] = torch.diag_embed(cos)
+    rotation[..., 0::2, 1::2] = torch.diag_embed(-sin)
+    rotation[..., 1::2, 0::2] = torch.diag_embed(sin)
+    rotation[..., 1::2, 1::2] = torch.diag_embed(cos)
+    return torch.einsum("...ij,...j->...i", rotation, x.double()).to(x.dtype)
 
 
 def rope_stub(x, positions=None, base=10000.0):
@@ -417,18 +593,6 @@ def rope_additive(x, positions=None, base=10000.0):
     return x + pe
 
 
-def rope_ignores_positions(x, positions=None, base=10000.0):
-    return rope_correct(x, None, base)
-
-
-def rope_ignores_base(x, positions=None, base=10000.0):
-    return rope_correct(x, positions, 10000.0)
-
-
-def rope_float32_always(x, positions=None, base=10000.0):
-    return rope_correct(x.float(), positions, base)
-
-
 def rope_keys_rotated_differently(x, positions=None, base=10000.0):
     """Rotates by position squared: not a function of m - n."""
     pos = torch.arange(x.shape[-2]) if positions is None else positions
@@ -446,46 +610,101 @@ def rope_table_lookup(x, positions=None, base=10000.0):
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
-def rope_rounds_positions(x, positions=None, base=10000.0):
-    return rope_correct(x, None if positions is None else positions.round(), base)
+def rope_outer(x, positions=None, base=10000.0):
+    """torch.outer(positions, theta): right for (L,) positions, fails for (B, L) ones."""
+    dim, length = x.shape[-1], x.shape[-2]
+    if positions is None:
+        positions = torch.arange(length, device=x.device)
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    theta = base ** (-torch.arange(0, dim, 2, dtype=dtype, device=x.device) / dim)
+    angle = torch.outer(positions.to(dtype), theta)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def rope_flattened_positions(x, positions=None, base=10000.0):
+    """Uses only the first row of (B, L) positions."""
+    if positions is not None and positions.dim() > 1:
+        positions = positions.reshape(-1, positions.shape[-1])[0]
+    return rope_correct(x, positions, base)
+
+
+def rope_cpu_positions(x, positions=None, base=10000.0):
+    """torch.arange(L) without a device for the default positions."""
+    if positions is None:
+        positions = torch.arange(x.shape[-2])
+    return rope_correct(x, positions, base)
+
+
+def rope_in_place(x, positions=None, base=10000.0):
+    """Right values, but written into x: the caller's queries are gone."""
+    angle = _angles(x, positions, base)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2].clone(), x[..., 1::2].clone()
+    x[..., 0::2] = even * cos - odd * sin
+    x[..., 1::2] = even * sin + odd * cos
+    return x
+
+
+def rope_default_float64(x, positions=None, base=10000.0):
+    torch.set_default_dtype(torch.float64)
+    return rope_correct(x, positions, base)
 
 
 ROPE_WRONG = {
-    "table_lookup_fails_on_float_positions": rope_table_lookup,
-    "positions_rounded": rope_rounds_positions,
-    "half_split_layout": rope_half_split,
-    "added_not_rotated": rope_additive,
-    "rotation_sign_flipped": lambda x, positions=None, base=10000.0: rope_correct(
-        x, positions, base, sign=-1.0
+    "table lookup fails on float positions": (rope_table_lookup, "floating point"),
+    "positions rounded": (
+        lambda x, positions=None, base=10000.0: rope_correct(
+            x, None if positions is None else positions.round(), base
+        ),
+        "positions=[0.5",
     ),
-    "exponent_i_over_d": lambda x, positions=None, base=10000.0: rope_correct(
-        x, positions, base, exponent="i"
+    "half-split layout": (rope_half_split, "half-split"),
+    "added, not rotated": (rope_additive, "norms"),
+    "rotation sign flipped": (
+        lambda x, positions=None, base=10000.0: rope_correct(x, positions, base, sign=-1.0),
+        "differs",
     ),
-    "one_frequency": lambda x, positions=None, base=10000.0: rope_correct(
-        x, positions, base, exponent="one"
+    "exponent i/d": (
+        lambda x, positions=None, base=10000.0: rope_correct(x, positions, base, exponent="i"),
+        "differs",
     ),
-    "positions_start_at_1": lambda x, positions=None, base=10000.0: rope_correct(
-        x, positions, base, start=1
+    "one frequency": (
+        lambda x, positions=None, base=10000.0: rope_correct(x, positions, base, exponent="one"),
+        "differs",
     ),
-    "positions_argument_ignored": rope_ignores_positions,
-    "base_argument_ignored": rope_ignores_base,
-    "float64_input_returns_float32": rope_float32_always,
-    "angle_not_linear_in_position": rope_keys_rotated_differently,
+    "positions start at 1": (
+        lambda x, positions=None, base=10000.0: rope_correct(x, positions, base, start=1),
+        "position 0",
+    ),
+    "positions argument ignored": (
+        lambda x, positions=None, base=10000.0: rope_correct(x, None, base),
+        "positions",
+    ),
+    "base argument ignored": (
+        lambda x, positions=None, base=10000.0: rope_correct(x, positions, 10000.0),
+        "base",
+    ),
+    "float64 input returns float32": (
+        lambda x, positions=None, base=10000.0: rope_correct(x.float(), positions, base),
+        "dtype",
+    ),
+    "angle not linear in the position": (rope_keys_rotated_differently, ""),
+    "torch.outer fails on (B, L) positions (shapes)": (rope_outer, "(B, L) positions"),
+    "first row of (B, L) positions only (shapes)": (rope_flattened_positions, "(B, L)"),
+    "torch.arange(L) without a device (device)": (rope_cpu_positions, "device"),
+    "rotates x in place (inputs untouched)": (rope_in_place, "inputs untouched"),
+    "default dtype left at float64 (global state)": (rope_default_float64, "global state"),
 }
 
 
-def test_rope_correct_passes():
-    assert check.rope(rope_correct, raise_on_failure=False).status == PASSED
-
-
-def test_rope_stub_not_implemented():
-    assert check.rope(rope_stub, raise_on_failure=False).status == NOT_IMPLEMENTED
-
-
-@pytest.mark.parametrize("name", ROPE_WRONG)
-def test_rope_wrong_rejected(name):
-    result = check.rope(ROPE_WRONG[name], raise_on_failure=False)
-    assert result.status == FAILED, name
+@pytest.mark.parametrize(
+    "right", [rope_correct, rope_complex, rope_einsum], ids=lambda f: f.__name__
+)
+def test_rope_right_passes(right):
+    result = check.rope(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
 
 
 def test_rope_integer_positions_pass():
@@ -496,17 +715,30 @@ def test_rope_integer_positions_pass():
     assert check.rope(rope_long_positions, raise_on_failure=False).status == PASSED
 
 
-def test_rope_table_lookup_message():
-    result = check.rope(rope_table_lookup, raise_on_failure=False)
-    assert "positions may be floating point" in result.message
+def test_rope_stub_not_implemented():
+    assert check.rope(rope_stub, raise_on_failure=False).status == NOT_IMPLEMENTED
 
 
-def test_rope_half_split_message():
-    result = check.rope(rope_half_split, raise_on_failure=False)
-    assert "half-split" in result.message
+@pytest.mark.parametrize("name", ROPE_WRONG)
+def test_rope_wrong_rejected(name):
+    _rejected(check.rope, *ROPE_WRONG[name])
 
 
-# --- the exported solutions pass too --------------------------------------------------------
+# --- the reference helpers and the exported solutions ----------------------------------------
+
+
+def test_rope_reference_matches_the_complex_form():
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    positions = torch.tensor([0.0, 1.5, 2.0, 7.25, 30.0], dtype=torch.float64)
+    assert torch.allclose(check._rotated(x, positions, 500.0), rope_complex(x, positions, 500.0))
+    assert torch.allclose(
+        check._rotated_half_split(x, positions, 500.0), rope_half_split(x, positions, 500.0)
+    )
+
+
+def test_no_reference_implementation_in_the_check_module():
+    for name in ("_paper_table", "_rope_reference", "_rope_half_split"):
+        assert not hasattr(check, name)
 
 
 def test_course_nn_exports_pass():
