@@ -646,29 +646,11 @@ def autograde(root: Path) -> dict:
     submission = root / "submission"
     handin = read_handin("submission", [submission], submission, templates)
     graded = grade_handin(handin, templates, 1, config["timeout_s"], config["memory_gb"])
-    results = graded.results
-    tests = [
-        {
-            "name": f"Exercise {r.exercise} ({Path(r.notebook).stem})",
-            "score": points_of(r, points),
-            "max_score": _max(r.exercise, points),
-            "status": "passed" if r.passed else "failed",
-            "output": f"{r.status}: {r.message}".strip(),
-            "visibility": "visible",
-        }
-        for r in results
-    ]
+    report = grading.gradescope_report(graded.results, points, time.time() - start)
     notes = [*handin.problems, *(f"{k}: {v}" for k, v in handin.notes.items())]
-    report = {
-        "score": sum(t["score"] for t in tests),
-        "execution_time": round(time.time() - start),
-        "output": f"{sum(r.passed for r in results)} of {len(results)} exercises passed."
-        + "".join(f"\n{n}" for n in notes),
-        "stdout_visibility": "hidden",
-        "tests": tests,
-    }
-    (root / "results").mkdir(parents=True, exist_ok=True)
-    (root / "results" / "results.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    report["output"] += "".join(f"\n{n}" for n in notes)
+    # Written by the trusted side, after every student process has ended.
+    grading.write_results_json(root / "results" / "results.json", report)
     return report
 
 
