@@ -13,6 +13,7 @@ from collections.abc import Callable
 from collections.abc import Iterator
 import time
 from tqdm.auto import tqdm  # noqa: F811 - course/nn.py needs its own import
+from course import env
 
 
 # --- from solutions/01_tokens.ipynb ---
@@ -588,12 +589,14 @@ def fit(model, loader, steps: int, optimizer, *, warmup_ratio: float = 0.1, max_
         optimizer, num_warmup_steps=int(warmup_ratio * schedule_steps), num_training_steps=schedule_steps
     )
     history = {"loss": [], "eval_step": [], "eval": []}
+    device = next(model.parameters()).device
     start, cpu_start = time.perf_counter(), time.process_time()
     with tqdm(total=steps, desc=desc) as bar:
         while len(history["loss"]) < steps:
             before = len(history["loss"])
             for batch in loader:
-                history["loss"].append(train_step(model, batch, optimizer, scheduler, max_grad_norm))
+                with env.autocast(device):  # bf16 only on a CPU that does it natively
+                    history["loss"].append(train_step(model, batch, optimizer, scheduler, max_grad_norm))
                 step = len(history["loss"])
                 bar.update()
                 bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", refresh=False)
@@ -607,7 +610,22 @@ def fit(model, loader, steps: int, optimizer, *, warmup_ratio: float = 0.1, max_
     model.eval()
     history["seconds"] = time.perf_counter() - start
     history["cpu_seconds"] = time.process_time() - cpu_start  # CPU time of this process, all threads
-    where = next(model.parameters()).device.type
     print(f"{desc}: {steps} steps, {len(history['eval'])} evaluations in {history['seconds']:.0f} s "
-          f"(process CPU time {history['cpu_seconds']:.0f} s) on {where}")
+          f"(process CPU time {history['cpu_seconds']:.0f} s) on {device.type}, {env.precision(device)}")
     return history
+
+
+def adamw(model, lr: float, weight_decay: float = 0.01, *, head=None, head_lr: float | None = None):
+    """AdamW over the parameters that train (frozen ones are left out), fused where torch can.
+
+    The parameters of ``head`` (a sub-module, if given) get the learning rate ``head_lr``. The
+    fused implementation updates every tensor in one kernel: ``Trainer``'s default, and faster
+    than the per-tensor loop on CPUs and GPUs alike (``make bench`` compares the two loops).
+    """
+    in_head = {id(p) for p in head.parameters()} if head is not None else set()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in trainable if id(p) not in in_head], "lr": lr}]
+    if in_head:
+        groups.append({"params": [p for p in trainable if id(p) in in_head], "lr": head_lr})
+    fused = all(p.device.type in ("cpu", "cuda", "mps") for p in trainable)
+    return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay, fused=fused)
