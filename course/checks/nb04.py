@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
 
 from course.check import (
     CheckFailure,
@@ -66,6 +65,17 @@ def _expect_rows_close(got: Any, expected: torch.Tensor, what: str, hint: str | 
     )
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in nested lists, tuples and dicts (the arguments of one operation)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
 class _NoDeviceMixing(TorchFunctionMode):
     """Fails an operation that mixes tensors of two devices, as a GPU does (scalars aside).
 
@@ -74,8 +84,7 @@ class _NoDeviceMixing(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        leaves = tree_leaves((args, kwargs))
-        devices = {t.device.type for t in leaves if isinstance(t, torch.Tensor) and t.dim() > 0}
+        devices = {t.device.type for t in _tensors((args, kwargs)) if t.dim() > 0}
         if len(devices) > 1:
             raise RuntimeError(
                 f"Expected all tensors to be on the same device, but found {sorted(devices)}"
