@@ -245,7 +245,13 @@ def in_replay() -> bool:
     return current().mode == REPLAY
 
 
-_DEVICE_MIX = ("is not on the expected device", "Expected all tensors to be on the same device")
+# What torch says when a tensor created on the CPU meets the meta inputs. Left out on purpose:
+# masked_fill's "Expected `value` to be on same device" (a 0-dim CPU value is fine on a GPU).
+_DEVICE_MIX = (
+    "is not on the expected device",
+    "Expected all tensors to be on the same device",
+    "to have the same device type",
+)
 
 
 def meta_device(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
