@@ -1,0 +1,145 @@
+"""Issue 23's forgeries, each a fixture submission that must score 0 for its exercise.
+
+tests/fixtures/forgeries/*.ipynb (written by make_forgeries.py there) are notebook 00 with a
+wrong softmax (the literal formula, which overflows) plus one forging line: rebinding ``check``,
+replacing a function of ``course.checks.nb00``, patching ``CheckResult.__init__``, redefining the
+recording hook, appending a passing row to the record file, making ``expect``/``expect_close``
+no-ops, writing the record file directly, killing the kernel, killing its parent, writing
+``results.json``; ``imports_checks`` is a right answer that imports the checks (scored 0 by static
+analysis); ``rewrite_disk`` appends a fake check to the grader's ``course/checks/nb00.py`` and is
+graded before a blank notebook, against a copy of the course (so the test never writes to the
+repository).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from course import grading
+from course.grading import kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+FORGERIES = ROOT / "tests" / "fixtures" / "forgeries"
+TEMPLATE = ROOT / "notebooks" / "00_welcome.ipynb"
+TIMEOUT_S = 60
+IN_PROCESS = sorted(p.stem for p in FORGERIES.glob("*.ipynb") if p.stem != "rewrite_disk")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every forgery but rewrite_disk graded here, two at a time; then results.json written."""
+    results_dir = tmp_path_factory.mktemp("results")
+    saved = {k: os.environ.get(k) for k in (kernel.RESTORE_ENV, "COURSE_FORGERY_RESULTS")}
+    os.environ[kernel.RESTORE_ENV] = "0"  # others may be editing the repository meanwhile
+    os.environ["COURSE_FORGERY_RESULTS"] = str(results_dir / "results.json")
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            graded = dict(
+                zip(
+                    IN_PROCESS,
+                    pool.map(
+                        lambda name: grading.grade_file(
+                            TEMPLATE, FORGERIES / f"{name}.ipynb", timeout_s=TIMEOUT_S
+                        ),
+                        IN_PROCESS,
+                    ),
+                    strict=True,
+                )
+            )
+        forged = json.loads((results_dir / "results.json").read_text())
+        every = [r for results in graded.values() for r in results]
+        report = grading.gradescope_report(every)
+        grading.write_results_json(results_dir / "results.json", report)
+        written = json.loads((results_dir / "results.json").read_text())
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return {"results": graded, "forged": forged, "written": written}
+
+
+@pytest.mark.parametrize("name", IN_PROCESS)
+def test_forgery_scores_zero(graded, name):
+    (result,) = graded["results"][name]
+    assert result.exercise == "0.1"
+    assert not result.passed, result.message
+    assert result.status in (grading.FAILED, grading.ERROR), result.message
+
+
+@pytest.mark.parametrize(
+    "name, status, phrase",
+    [
+        ("noop_expect", grading.FAILED, "inf or NaN"),  # the trusted replay still compares
+        ("patch_checkresult_init", grading.FAILED, "inf or NaN"),
+        ("imports_checks", grading.FAILED, "imports from course.checks"),
+        ("kill_kernel", grading.ERROR, "kernel died"),
+        ("kill_parent", grading.ERROR, "did not run"),
+        ("write_record", grading.ERROR, "did not come back whole"),
+        ("redefine_hook", grading.ERROR, "left no record"),
+    ],
+)
+def test_forgery_row_says_what_happened(graded, name, status, phrase):
+    (result,) = graded["results"][name]
+    assert (result.status, phrase in result.message) == (status, True), result.message
+
+
+def test_results_json_is_the_trusted_one(graded):
+    assert graded["forged"]["score"] == 36  # the student's process did write one...
+    assert graded["written"]["score"] == 0  # ...and the trusted side replaced it
+    assert {t["status"] for t in graded["written"]["tests"]} == {"failed"}
+
+
+GRADE_TWO = """
+import json, sys
+from pathlib import Path
+import course
+from course import grading
+from course.grading import kernel
+template, first, second = (Path(p) for p in sys.argv[1:4])
+before = kernel.digest(kernel._files(kernel.COURSE))
+rows = []
+for submission in (first, second):
+    (result,) = grading.grade_file(template, submission, timeout_s=60)
+    rows.append([result.status, result.message, result.flags])
+after = kernel.digest(kernel._files(kernel.COURSE))
+print(json.dumps({"course": course.__file__, "rows": rows, "same": before == after}))
+"""
+
+
+def test_a_disk_rewriting_submission_cannot_pass_the_next_one(tmp_path):
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "course", copy / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    original = (copy / "course" / "checks" / "nb00.py").read_bytes()
+    shutil.copytree(ROOT / "data" / "samples", copy / "data" / "samples")
+    env = {k: v for k, v in os.environ.items() if k != kernel.RESTORE_ENV}
+    env.update(PYTHONPATH=str(copy), COURSE_FORGERY_TARGET=str(copy / "course"))
+    done = subprocess.run(
+        [sys.executable, "-c", GRADE_TWO, str(TEMPLATE), str(FORGERIES / "rewrite_disk.ipynb")]
+        + [str(TEMPLATE)],  # the blank notebook, graded second
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["course"] == str(copy / "course" / "__init__.py")
+    (forger, blank) = seen["rows"]
+    assert forger[0] == grading.FAILED
+    assert any("checks/nb00.py" in flag and "restored" in flag for flag in forger[2]), forger
+    assert blank[0] == grading.NOT_IMPLEMENTED, blank
+    assert seen["same"], "the grader's course tree was left changed"
+    assert (copy / "course" / "checks" / "nb00.py").read_bytes() == original
