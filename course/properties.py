@@ -267,8 +267,10 @@ def meta_device(what: str, function: Callable[..., Any], *args: Any, **kwargs: A
     def run() -> str | None:
         try:
             return on_meta(function, *args, **kwargs)["device"]
-        except NotImplementedError:
-            raise
+        except NotImplementedError as error:
+            if "meta" in str(error).lower():  # an operator torch has no meta kernel for
+                return None
+            raise  # the student's stub
         except CheckFailure:
             return None
         except Exception as error:  # noqa: BLE001 - only a device mix-up is this property's
