@@ -1,9 +1,20 @@
-"""Power of the notebook-08 checks: the reference passes, the stub and typical mistakes fail."""
+"""Power of the notebook-08 checks: right answers (written in several ways, canonical code
+included) pass, the stub is "not implemented", and wrong ones fail, each with the property it
+violates named in the message.
+
+Every check call here is probed and replayed (tests/conftest.py). The correct implementations
+live here only: the check module holds none.
+"""
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from sklearn.covariance import EmpiricalCovariance
 
 from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb08 as check
@@ -13,94 +24,146 @@ def stub(*args, **kwargs):
     raise NotImplementedError
 
 
+def verdict(run, implementation):
+    return run(implementation, raise_on_failure=False)
+
+
 # ---------------------------------------------------------------------------------------
 # Exercise 8.1: masked mean pooling
 # ---------------------------------------------------------------------------------------
 
 
 def pool(hidden, token_mask):
-    """Reference: zero the padding, sum, divide by the real-token count (at least 1)."""
+    """The notebook's solution: zero the padding, sum, divide by the real-token count (>= 1)."""
     weights = token_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
-def pool_clamp_tiny(hidden, token_mask):
-    """Right, written differently: the count clamped at 1e-9 instead of 1."""
+def pool_sentence_transformers(token_embeddings, attention_mask):
+    """sentence-transformers' README `mean_pooling`, glued at the interface (mask -> float)."""
+    input_mask_expanded = attention_mask.unsqueeze(-1).expand(token_embeddings.size()).float()
+    return torch.sum(token_embeddings * input_mask_expanded, 1) / torch.clamp(
+        input_mask_expanded.sum(1), min=1e-9
+    )
+
+
+def pool_einsum(hidden, token_mask):
+    weights = token_mask.to(hidden.dtype)
+    return torch.einsum("bld,bl->bd", hidden, weights) / weights.sum(-1, keepdim=True).clamp(min=1)
+
+
+def pool_loop(hidden, token_mask):
+    """A loop over sentences with boolean indexing (the meta device cannot run it)."""
+    rows = []
+    for states, keep in zip(hidden, token_mask, strict=True):
+        real = states[keep]
+        rows.append(real.mean(dim=0) if len(real) else torch.zeros_like(states[0]))
+    return torch.stack(rows)
+
+
+def pool_float64_inside(hidden, token_mask):
+    return pool(hidden.double(), token_mask).to(hidden.dtype)
+
+
+def pool_nan_to_num(hidden, token_mask):
     weights = token_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return torch.nan_to_num((hidden * weights).sum(dim=1) / weights.sum(dim=1), nan=0.0)
 
 
-def test_pool_clamp_min_1e9_passes():
-    assert check.masked_mean_pool(pool_clamp_tiny, raise_on_failure=False).status == PASSED
+def pool_masked_fill(hidden, token_mask):
+    kept = hidden.masked_fill(~token_mask.unsqueeze(-1), 0)
+    return kept.sum(1) / token_mask.sum(1, keepdim=True).clamp(min=1).to(hidden.dtype)
 
 
-def pool_plain_mean(hidden, token_mask):
-    return hidden.mean(dim=1)
+POOL_RIGHT = [
+    pool,
+    pool_sentence_transformers,
+    pool_einsum,
+    pool_loop,
+    pool_float64_inside,
+    pool_nan_to_num,
+    pool_masked_fill,
+]
 
 
-def pool_divide_by_length(hidden, token_mask):
+def pool_fixes_empty_rows_in_the_mask(hidden, token_mask):
+    """Right values, but writes into the caller's mask to dodge 0 / 0."""
+    empty = ~token_mask.any(dim=1)
+    token_mask[empty] = True
+    return pool(hidden, token_mask).masked_fill(empty.unsqueeze(-1), 0.0)
+
+
+def pool_ones_on_the_cpu(hidden, token_mask):
     weights = token_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * weights).sum(dim=1) / hidden.shape[1]
+    count = torch.maximum(weights.sum(dim=1), torch.ones(len(hidden), 1, dtype=hidden.dtype))
+    return (hidden * weights).sum(dim=1) / count
 
 
-def pool_sum(hidden, token_mask):
-    return (hidden * token_mask.unsqueeze(-1).to(hidden.dtype)).sum(dim=1)
+def pool_detached(hidden, token_mask):
+    return pool(hidden.detach(), token_mask)
 
 
-def pool_nan_on_empty(hidden, token_mask):
-    weights = token_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+def pool_switches_grad_off(hidden, token_mask):
+    torch.set_grad_enabled(False)  # "evaluation only": never switched back on
+    return pool(hidden, token_mask)
 
 
-def pool_inverted_mask(hidden, token_mask):
-    return pool(hidden, ~token_mask)
+# (implementation, a phrase of the expected message): each caught by one property only.
+POOL_PROPERTIES = [
+    (pool_fixes_empty_rows_in_the_mask, "inputs untouched"),
+    (pool_ones_on_the_cpu, "the inputs' device"),
+    (pool_detached, "differentiable"),
+    (pool_switches_grad_off, "global state"),
+]
+
+POOL_WRONG = [
+    lambda hidden, token_mask: hidden.mean(dim=1),  # padding counted
+    lambda hidden, token_mask: (hidden * token_mask.unsqueeze(-1)).sum(1) / hidden.shape[1],
+    lambda hidden, token_mask: (hidden * token_mask.unsqueeze(-1)).sum(1),
+    lambda hidden, token_mask: (
+        (hidden * token_mask.unsqueeze(-1)).sum(1) / token_mask.sum(1, keepdim=True)
+    ),  # NaN on an empty row
+    lambda hidden, token_mask: pool(hidden, ~token_mask),
+    lambda hidden, token_mask: hidden[:, 0],
+    lambda hidden, token_mask: pool(  # assumes right padding: the first `count` positions
+        hidden,
+        torch.arange(hidden.shape[1]).unsqueeze(0) < token_mask.sum(1, keepdim=True),
+    ),
+    lambda hidden, token_mask: pool(hidden.float(), token_mask),  # float64 becomes float32
+    lambda hidden, token_mask: pool(hidden, token_mask).squeeze(0),
+    lambda hidden, token_mask: (
+        hidden.masked_fill_(~token_mask.unsqueeze(-1), 0).sum(1)
+        / token_mask.sum(1, keepdim=True).clamp(min=1)
+    ),  # zeroes the caller's hidden
+    lambda hidden, token_mask: (
+        pool(hidden, token_mask).mean(0, keepdim=True).expand(len(hidden), -1)
+    ),
+]
 
 
-def pool_first_token(hidden, token_mask):
-    return hidden[:, 0]
-
-
-def pool_count_from_first_pad(hidden, token_mask):
-    """Assumes right padding: averages the first `count` positions, whatever the mask says."""
-    counts = token_mask.sum(dim=1)
-    prefix = torch.arange(hidden.shape[1]).unsqueeze(0) < counts.unsqueeze(1)
-    return pool(hidden, prefix)
-
-
-def pool_float32(hidden, token_mask):
-    return pool(hidden.float(), token_mask)
-
-
-def pool_in_place(hidden, token_mask):
-    hidden[~token_mask] = 0
-    return hidden.sum(dim=1) / token_mask.sum(dim=1, keepdim=True).clamp(min=1)
-
-
-def test_pool_reference_passes():
-    assert check.masked_mean_pool(pool, raise_on_failure=False).status == PASSED
+@pytest.mark.parametrize("right", POOL_RIGHT, ids=lambda f: getattr(f, "__name__", str(f)[:20]))
+def test_pool_right_variants_pass(right):
+    result = verdict(check.masked_mean_pool, right)
+    assert result.status == PASSED, result.report()
 
 
 def test_pool_stub_not_implemented():
-    assert check.masked_mean_pool(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+    assert verdict(check.masked_mean_pool, stub).status == NOT_IMPLEMENTED
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [
-        pool_plain_mean,
-        pool_divide_by_length,
-        pool_sum,
-        pool_nan_on_empty,
-        pool_inverted_mask,
-        pool_first_token,
-        pool_count_from_first_pad,
-        pool_float32,
-        pool_in_place,
-    ],
-    ids=lambda f: f.__name__,
+    "wrong, words", POOL_PROPERTIES, ids=lambda f: getattr(f, "__name__", str(f)[:20])
 )
-def test_pool_wrong_rejected(wrong):
-    result = check.masked_mean_pool(wrong, raise_on_failure=False)
+def test_pool_property_named(wrong, words):
+    result = verdict(check.masked_mean_pool, wrong)
+    assert result.status == FAILED, result.report()
+    assert words in result.message, result.message
+    torch.set_grad_enabled(True)
+
+
+@pytest.mark.parametrize("index", range(len(POOL_WRONG)))
+def test_pool_wrong_rejected(index):
+    result = verdict(check.masked_mean_pool, POOL_WRONG[index])
     assert result.status == FAILED, result.report()
 
 
@@ -110,13 +173,12 @@ def test_pool_wrong_rejected(wrong):
 
 
 def threshold(logits, threshold, oos_id):
-    """Reference: the argmax intent, unless its softmax probability is below the threshold."""
+    """The notebook's solution."""
     confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
     return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
 
 
 def threshold_gather(logits, threshold, oos_id):
-    """Right, written differently: the winner's probability read with gather."""
     probs = logits.softmax(dim=-1)
     prediction = probs.argmax(dim=-1)
     confidence = probs.gather(-1, prediction.unsqueeze(-1)).squeeze(-1)
@@ -124,14 +186,57 @@ def threshold_gather(logits, threshold, oos_id):
 
 
 def threshold_masked_fill(logits, threshold, oos_id):
-    """Right, written differently: masked_fill on the argmax."""
-    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    confidence, prediction = F.softmax(logits.double(), dim=1).max(dim=1)
     return prediction.masked_fill(confidence < threshold, oos_id)
 
 
-@pytest.mark.parametrize("right", [threshold_gather, threshold_masked_fill])
-def test_threshold_written_differently_passes(right):
-    assert check.apply_threshold(right, raise_on_failure=False).status == PASSED
+def threshold_log_space(logits, threshold, oos_id):
+    """Compares log-probabilities with log(threshold): the same decision."""
+    import math
+
+    best, prediction = logits.log_softmax(dim=-1).max(dim=-1)
+    floor = math.log(threshold) if threshold > 0 else float("-inf")
+    return torch.where(best >= floor, prediction, oos_id)
+
+
+def threshold_loop(logits, threshold, oos_id):
+    labels = []
+    for row in logits.softmax(dim=-1).tolist():
+        best = max(range(len(row)), key=row.__getitem__)
+        labels.append(best if row[best] >= threshold else oos_id)
+    return torch.tensor(labels, dtype=torch.long)
+
+
+THRESHOLD_RIGHT = [
+    threshold,
+    threshold_gather,
+    threshold_masked_fill,
+    threshold_log_space,
+    threshold_loop,
+]
+
+
+def threshold_naive_softmax(logits, threshold, oos_id):
+    probs = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)
+    confidence, prediction = probs.max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+def threshold_full_on_the_cpu(logits, threshold, oos_id):
+    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full(prediction.shape, oos_id))
+
+
+def threshold_sets_default_dtype(logits, threshold, oos_id):
+    torch.set_default_dtype(torch.float64)  # "more precise probabilities"
+    return globals()["threshold"](logits.double(), threshold, oos_id)
+
+
+THRESHOLD_PROPERTIES = [
+    (threshold_naive_softmax, "numeric range"),
+    (threshold_full_on_the_cpu, "the inputs' device"),
+    (threshold_sets_default_dtype, "global state"),
+]
 
 
 def threshold_on_logits(logits, threshold, oos_id):
@@ -144,39 +249,9 @@ def threshold_on_log_probs(logits, threshold, oos_id):
     return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
 
 
-def threshold_softmax_wrong_axis(logits, threshold, oos_id):
-    confidence, prediction = logits.softmax(dim=0).max(dim=-1)
-    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
-
-
-def threshold_strict(logits, threshold, oos_id):
-    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
-    return torch.where(confidence > threshold, prediction, torch.full_like(prediction, oos_id))
-
-
-def threshold_inverted(logits, threshold, oos_id):
-    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
-    return torch.where(confidence < threshold, prediction, torch.full_like(prediction, oos_id))
-
-
-def threshold_hard_coded_oos(logits, threshold, oos_id):
-    return globals()["threshold"](logits, threshold, 150)
-
-
-def threshold_returns_confidence(logits, threshold, oos_id):
-    confidence, _ = logits.softmax(dim=-1).max(dim=-1)
-    return confidence
-
-
-def threshold_returns_mask(logits, threshold, oos_id):
-    confidence, _ = logits.softmax(dim=-1).max(dim=-1)
-    return confidence < threshold
-
-
 def threshold_second_best_margin(logits, threshold, oos_id):
-    """Thresholds the gap between the two best probabilities instead of the best one."""
-    top = logits.softmax(dim=-1).topk(2, dim=-1)
-    margin = top.values[:, 0] - top.values[:, 1]
+    top = logits.softmax(dim=-1).topk(min(2, logits.shape[-1]), dim=-1)
+    margin = top.values[:, 0] - (top.values[:, 1] if logits.shape[-1] > 1 else 0)
     prediction = top.indices[:, 0]
     return torch.where(margin >= threshold, prediction, torch.full_like(prediction, oos_id))
 
@@ -186,33 +261,77 @@ def threshold_in_place(logits, threshold, oos_id):
     return globals()["threshold"](logits, threshold, oos_id)
 
 
-def test_threshold_reference_passes():
-    assert check.apply_threshold(threshold, raise_on_failure=False).status == PASSED
+def threshold_sigmoid(logits, threshold, oos_id):
+    """Reads "probability" as a per-class sigmoid."""
+    confidence, prediction = logits.sigmoid().max(dim=-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
 
 
-def test_threshold_stub_not_implemented():
-    assert check.apply_threshold(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+def threshold_of_oos_probability(logits, threshold, oos_id):
+    """Reads the rule as "flag when 1 - confidence is above the threshold"."""
+    confidence, prediction = logits.softmax(dim=-1).max(dim=-1)
+    return torch.where(1 - confidence <= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+THRESHOLD_WRONG = [
+    threshold_on_logits,
+    threshold_on_log_probs,
+    lambda logits, t, oos_id: threshold(logits.T, t, oos_id) if logits.shape[0] > 1 else 0,
+    lambda logits, t, oos_id: torch.where(
+        logits.softmax(0).max(-1).values >= t, logits.argmax(-1), oos_id
+    ),  # softmax over the rows
+    lambda logits, t, oos_id: torch.where(
+        logits.softmax(-1).max(-1).values > t, logits.argmax(-1), oos_id
+    ),  # strict
+    lambda logits, t, oos_id: torch.where(
+        logits.softmax(-1).max(-1).values < t, logits.argmax(-1), oos_id
+    ),  # inverted
+    lambda logits, t, oos_id: threshold(logits, t, 150),
+    lambda logits, t, oos_id: logits.softmax(-1).max(-1).values,
+    lambda logits, t, oos_id: logits.softmax(-1).max(-1).values < t,
+    lambda logits, t, oos_id: threshold(logits, t, oos_id).float(),
+    threshold_second_best_margin,
+    threshold_in_place,
+    threshold_sigmoid,
+    threshold_of_oos_probability,
+]
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [
-        threshold_on_logits,
-        threshold_on_log_probs,
-        threshold_softmax_wrong_axis,
-        threshold_strict,
-        threshold_inverted,
-        threshold_hard_coded_oos,
-        threshold_returns_confidence,
-        threshold_returns_mask,
-        threshold_second_best_margin,
-        threshold_in_place,
-    ],
-    ids=lambda f: f.__name__,
+    "right", THRESHOLD_RIGHT, ids=lambda f: getattr(f, "__name__", str(f)[:20])
 )
-def test_threshold_wrong_rejected(wrong):
-    result = check.apply_threshold(wrong, raise_on_failure=False)
+def test_threshold_right_variants_pass(right):
+    result = verdict(check.apply_threshold, right)
+    assert result.status == PASSED, result.report()
+
+
+def test_threshold_stub_not_implemented():
+    assert verdict(check.apply_threshold, stub).status == NOT_IMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "wrong, words", THRESHOLD_PROPERTIES, ids=lambda f: getattr(f, "__name__", str(f)[:20])
+)
+def test_threshold_property_named(wrong, words):
+    result = verdict(check.apply_threshold, wrong)
     assert result.status == FAILED, result.report()
+    assert words in result.message, result.message
+    assert torch.get_default_dtype() == torch.float32
+
+
+@pytest.mark.parametrize("index", range(len(THRESHOLD_WRONG)))
+def test_threshold_wrong_rejected(index):
+    result = verdict(check.apply_threshold, THRESHOLD_WRONG[index])
+    assert result.status == FAILED, result.report()
+
+
+def test_threshold_cases_mean_what_they_say():
+    """The logits built backwards from a label and a confidence have that softmax."""
+    for case in check._threshold_cases():
+        probs = case.logits.double().softmax(dim=-1)
+        assert torch.equal(threshold(case.logits, case.threshold, case.oos_id), case.expected)
+        if case.logits.shape[-1] > 1 and case.logits.abs().max() < 100:
+            assert torch.allclose(probs.amax(dim=-1), case.confidence.double(), atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,114 +340,161 @@ def test_threshold_wrong_rejected(wrong):
 
 
 def metrics(pred, target, oos_id):
-    """Reference: accuracy over in-scope targets, recall over oos targets, precision over flags."""
+    """The notebook's solution."""
     in_scope, flagged = target != oos_id, pred == oos_id
+    caught = (flagged & ~in_scope).sum().item()
     return {
         "in_scope_accuracy": (pred[in_scope] == target[in_scope]).float().mean().item(),
-        "oos_recall": flagged[~in_scope].float().mean().item(),
-        "oos_precision": (~in_scope[flagged]).float().mean().item() if flagged.any() else 0.0,
+        "oos_recall": caught / max(1, (~in_scope).sum().item()),
+        "oos_precision": caught / flagged.sum().item() if flagged.any() else 0.0,
     }
 
 
-def metrics_accuracy_over_all_rows(pred, target, oos_id):
-    result = metrics(pred, target, oos_id)
-    result["in_scope_accuracy"] = (pred == target).float().mean().item()
-    return result
+def metrics_python(pred, target, oos_id):
+    rows = list(zip(pred.tolist(), target.tolist(), strict=True))
+    inside = [(p, t) for p, t in rows if t != oos_id]
+    flagged = [(p, t) for p, t in rows if p == oos_id]
+    oos = [(p, t) for p, t in rows if t == oos_id]
+    return {
+        "in_scope_accuracy": sum(p == t for p, t in inside) / len(inside),
+        "oos_recall": sum(p == oos_id for p, _ in oos) / len(oos),
+        "oos_precision": sum(t == oos_id for _, t in flagged) / len(flagged) if flagged else 0,
+    }
 
 
-def metrics_accuracy_over_accepted_rows(pred, target, oos_id):
-    result = metrics(pred, target, oos_id)
-    accepted = (target != oos_id) & (pred != oos_id)
-    result["in_scope_accuracy"] = (pred[accepted] == target[accepted]).float().mean().item()
-    return result
+def metrics_numpy(pred, target, oos_id):
+    p, t = pred.numpy(), target.numpy()
+    flagged, oos = p == oos_id, t == oos_id
+    return {
+        "in_scope_accuracy": np.mean(p[~oos] == t[~oos]),
+        "oos_recall": np.mean(flagged[oos]),
+        "oos_precision": np.mean(oos[flagged]) if flagged.any() else 0.0,
+    }
 
 
-def metrics_swapped(pred, target, oos_id):
-    result = metrics(pred, target, oos_id)
-    result["oos_recall"], result["oos_precision"] = result["oos_precision"], result["oos_recall"]
-    return result
+def metrics_sklearn(pred, target, oos_id):
+    from sklearn.metrics import precision_recall_fscore_support
+
+    inside = target != oos_id
+    precision, recall, _, _ = precision_recall_fscore_support(
+        (target == oos_id).numpy(), (pred == oos_id).numpy(), average="binary", zero_division=0
+    )
+    return {
+        "in_scope_accuracy": float((pred[inside] == target[inside]).double().mean()),
+        "oos_recall": float(recall),
+        "oos_precision": float(precision),
+    }
 
 
-def metrics_recall_over_all_rows(pred, target, oos_id):
-    result = metrics(pred, target, oos_id)
-    result["oos_recall"] = (pred == oos_id).float().mean().item()
-    return result
+METRICS_RIGHT = [metrics, metrics_python, metrics_numpy, metrics_sklearn]
 
 
-def metrics_nan_precision(pred, target, oos_id):
-    result = metrics(pred, target, oos_id)
+def metrics_marks_flags_in_place(pred, target, oos_id):
+    """Right figures, but overwrites the caller's predictions to mark the flagged rows."""
     flagged = pred == oos_id
-    result["oos_precision"] = (target[flagged] == oos_id).float().mean().item()  # nan if empty
-    return result
+    caught = (flagged & (target == oos_id)).sum().item()
+    pred[flagged] = -1  # a flagged in-scope row can never match its target
+    inside = target != oos_id
+    return {
+        "in_scope_accuracy": (pred[inside] == target[inside]).float().mean().item(),
+        "oos_recall": caught / (target == oos_id).sum().item(),
+        "oos_precision": caught / flagged.sum().item() if flagged.any() else 0.0,
+    }
 
 
-def metrics_hard_coded_oos(pred, target, oos_id):
-    return metrics(pred, target, 150)
+def metrics_grad_off(pred, target, oos_id):
+    torch.set_grad_enabled(False)  # "an evaluation needs no gradients"
+    return metrics(pred, target, oos_id)
 
 
-def metrics_percentages(pred, target, oos_id):
-    return {key: 100 * value for key, value in metrics(pred, target, oos_id).items()}
+METRICS_PROPERTIES = [
+    (metrics_marks_flags_in_place, "inputs untouched"),
+    (metrics_grad_off, "global state"),
+]
 
 
-def metrics_oos_counted_as_correct_in_accuracy(pred, target, oos_id):
-    """In-scope accuracy where "predicted oos" is never held against an in-scope row."""
-    result = metrics(pred, target, oos_id)
-    in_scope = target != oos_id
-    ok = (pred[in_scope] == target[in_scope]) | (pred[in_scope] == oos_id)
-    result["in_scope_accuracy"] = ok.float().mean().item()
-    return result
+def metrics_with(**changes):
+    def wrong(pred, target, oos_id):
+        result = metrics(pred, target, oos_id)
+        for key, change in changes.items():
+            result[key] = change(pred, target, oos_id, result)
+        return result
+
+    return wrong
 
 
-def metrics_missing_key(pred, target, oos_id):
-    result = metrics(pred, target, oos_id)
-    del result["oos_precision"]
-    return result
+METRICS_WRONG = {
+    "accuracy_over_all_rows": metrics_with(
+        in_scope_accuracy=lambda p, t, o, r: (p == t).float().mean().item()
+    ),
+    "accuracy_over_accepted_rows": metrics_with(
+        in_scope_accuracy=lambda p, t, o, r: (
+            (p[(t != o) & (p != o)] == t[(t != o) & (p != o)]).float().mean().item()
+        )
+    ),
+    "flag_counts_as_right": metrics_with(
+        in_scope_accuracy=lambda p, t, o, r: ((p == t) | (p == o))[t != o].float().mean().item()
+    ),
+    "recall_precision_swapped": metrics_with(
+        oos_recall=lambda p, t, o, r: r["oos_precision"],
+        oos_precision=lambda p, t, o, r: metrics(p, t, o)["oos_recall"],
+    ),
+    "recall_over_all_rows": metrics_with(
+        oos_recall=lambda p, t, o, r: (p == o).float().mean().item()
+    ),
+    "nan_precision": metrics_with(
+        oos_precision=lambda p, t, o, r: (t[p == o] == o).float().mean().item()
+    ),
+    "hard_coded_oos": lambda p, t, o: metrics(p, t, 150),
+    "percentages": lambda p, t, o: {k: 100 * v for k, v in metrics(p, t, o).items()},
+    "missing_key": lambda p, t, o: {
+        k: v for k, v in metrics(p, t, o).items() if k != "oos_precision"
+    },
+    "zero_d_tensors": lambda p, t, o: {k: torch.tensor(v) for k, v in metrics(p, t, o).items()},
+    "list_not_dict": lambda p, t, o: list(metrics(p, t, o).values()),
+    "oos_id_truthiness": lambda p, t, o: metrics(p, t, o or 150),
+    "precision_one_when_nothing_flagged": metrics_with(
+        oos_precision=lambda p, t, o, r: r["oos_precision"] if (p == o).any() else 1.0
+    ),
+}
 
 
-def test_metrics_reference_passes():
-    assert check.oos_metrics(metrics, raise_on_failure=False).status == PASSED
+@pytest.mark.parametrize("right", METRICS_RIGHT, ids=lambda f: getattr(f, "__name__", str(f)[:20]))
+def test_metrics_right_variants_pass(right):
+    result = verdict(check.oos_metrics, right)
+    assert result.status == PASSED, result.report()
 
 
 def test_metrics_stub_not_implemented():
-    assert check.oos_metrics(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+    assert verdict(check.oos_metrics, stub).status == NOT_IMPLEMENTED
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [
-        metrics_accuracy_over_all_rows,
-        metrics_accuracy_over_accepted_rows,
-        metrics_swapped,
-        metrics_recall_over_all_rows,
-        metrics_nan_precision,
-        metrics_hard_coded_oos,
-        metrics_percentages,
-        metrics_oos_counted_as_correct_in_accuracy,
-        metrics_missing_key,
-    ],
-    ids=lambda f: f.__name__,
+    "wrong, words", METRICS_PROPERTIES, ids=lambda f: getattr(f, "__name__", str(f)[:20])
 )
-def test_metrics_wrong_rejected(wrong):
-    result = check.oos_metrics(wrong, raise_on_failure=False)
+def test_metrics_property_named(wrong, words):
+    result = verdict(check.oos_metrics, wrong)
+    assert result.status == FAILED, result.report()
+    assert words in result.message, result.message
+    torch.set_grad_enabled(True)
+
+
+@pytest.mark.parametrize("name", sorted(METRICS_WRONG))
+def test_metrics_wrong_rejected(name):
+    result = verdict(check.oos_metrics, METRICS_WRONG[name])
     assert result.status == FAILED, result.report()
 
 
-def metrics_zero_d_tensors(pred, target, oos_id):
-    """Forgets .item(): every figure is a 0-d tensor."""
-    in_scope, flagged = target != oos_id, pred == oos_id
-    return {
-        "in_scope_accuracy": (pred[in_scope] == target[in_scope]).double().mean(),
-        "oos_recall": flagged[~in_scope].double().mean(),
-        "oos_precision": (~in_scope[flagged]).double().mean()
-        if flagged.any()
-        else torch.tensor(0.0),
-    }
+def test_metrics_zero_d_tensors_named():
+    result = verdict(check.oos_metrics, METRICS_WRONG["zero_d_tensors"])
+    assert "should be a Python float (the exercise says so), got a 0-d tensor" in result.message
 
 
-def test_metrics_zero_d_tensors_rejected():
-    result = check.oos_metrics(metrics_zero_d_tensors, raise_on_failure=False)
-    assert result.status == FAILED
-    assert "should be a Python float, got a 0-d tensor" in result.message
+def test_metrics_hand_example_is_what_the_text_says():
+    case = check._metrics_cases()[0]
+    assert case.expected == pytest.approx(
+        {"in_scope_accuracy": 0.75, "oos_recall": 1 / 3, "oos_precision": 0.5}
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -351,7 +517,7 @@ def choose_factory(
     strict: bool = False,
     relative: bool = False,
 ):
-    """A correct choose_threshold by default; each argument injects one typical mistake."""
+    """A correct choose_threshold by default; each argument injects one mistake."""
 
     def choose_threshold(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
         if data is not None:  # the mistake: reads another split than the one it is given
@@ -374,6 +540,8 @@ def choose_factory(
         feasible = [t for t in candidates if meets(t)]
         if pick == "largest_feasible":
             return max(feasible, default=0.0)
+        if pick == "smallest_above_zero":
+            return min((t for t in feasible if t > 0), default=0.0)
         if pick == "first_break":  # scans in the given order and stops at the first failure
             chosen = 0.0
             for t in candidates:
@@ -402,54 +570,53 @@ def choose_factory(
     return choose_threshold
 
 
-def test_threshold_case_has_margins():
-    """The synthetic sets are built so that no accuracy sits on the budget's edge."""
-    for seed in (0, 1, 2):
-        logits, target = check.threshold_case(seed)
-        confidence = logits.softmax(dim=-1).amax(dim=-1).double()
-        distance_to_grid = (confidence * 100 - (confidence * 100).round()).abs()
-        assert distance_to_grid.min() > 0.4  # every confidence is ~halfway between grid points
-        in_scope = target != check.CLASSES
-        base = metrics(threshold(logits, 0.0, check.CLASSES), target, check.CLASSES)
-        for t in GRID:
-            acc = metrics(threshold(logits, t, check.CLASSES), target, check.CLASSES)
-            for drop in (0.03, 0.08):
-                gap = acc["in_scope_accuracy"] - (base["in_scope_accuracy"] - drop)
-                assert abs(gap) > 0.2 / int(in_scope.sum())
+def choose_sorted_scan(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
+    """Accuracy never rises with the threshold, so a scan of the *sorted* candidates that stops
+    at the first one over budget is right."""
+    candidates = sorted(GRID if candidates is None else candidates)
+    chooser = choose_factory(pick="first_break")
+    return chooser(val_logits, val_target, oos_id, max_drop, candidates)
 
 
-def test_threshold_cases_have_distinct_answers():
-    answers = {
-        check.reference_choose_threshold(*check.threshold_case(s), check.CLASSES, d)
-        for s in (0, 1)
-        for d in (0.03, 0.08)
-    }
-    assert len(answers) >= 3, answers
+def choose_vectorised(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
+    grid = torch.linspace(0, 1, 101) if candidates is None else torch.tensor(candidates)
+    confidence, prediction = val_logits.double().softmax(-1).max(-1)
+    inside = val_target != oos_id
+    right = (prediction == val_target) & inside
+    kept = confidence.unsqueeze(0) >= grid.double().unsqueeze(1)  # (T, N)
+    accuracy = (kept & right).sum(1) / inside.sum()
+    ok = accuracy >= right.sum() / inside.sum() - max_drop
+    return float(grid[ok].max())
 
 
-def test_choose_reference_passes():
-    assert check.choose_threshold(choose_factory(), raise_on_failure=False).status == PASSED
+CHOOSE_RIGHT = [choose_factory(), choose_sorted_scan, choose_vectorised]
+
+TEST_SPLIT = check._random_validation(123)[:2]  # stands for the notebook's test split
 
 
-def test_choose_reference_agrees_with_check_reference():
-    for seed in (0, 1, 2):
-        logits, target = check.threshold_case(seed)
-        ours = choose_factory()(logits, target, check.CLASSES)
-        assert ours == check.reference_choose_threshold(logits, target, check.CLASSES)
+def choose_normalises_in_place(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
+    val_logits -= val_logits.logsumexp(dim=-1, keepdim=True)  # log-probabilities, in place
+    return choose_factory()(val_logits, val_target, oos_id, max_drop, candidates)
 
 
-def test_choose_stub_not_implemented():
-    assert check.choose_threshold(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+def choose_shuffles(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
+    order = torch.randperm(len(val_target))  # "a random sample is enough": the global RNG
+    return choose_factory()(val_logits[order], val_target[order], oos_id, max_drop, candidates)
 
 
-TEST_SPLIT = check.threshold_case(123)  # stands for the notebook's test split
+CHOOSE_PROPERTIES = [
+    (choose_normalises_in_place, "inputs untouched"),
+    (choose_shuffles, "global state"),
+]
 
 WRONG_CHOOSERS = {
     "chosen_on_test_split": choose_factory(data=TEST_SPLIT),
     "thresholds_logits": choose_factory(apply=threshold_on_logits),
     "thresholds_log_probs": choose_factory(apply=threshold_on_log_probs),
-    "oos_rows_in_accuracy": choose_factory(score=metrics_accuracy_over_all_rows),
-    "accuracy_over_accepted_rows": choose_factory(score=metrics_accuracy_over_accepted_rows),
+    "oos_rows_in_accuracy": choose_factory(score=METRICS_WRONG["accuracy_over_all_rows"]),
+    "accuracy_over_accepted_rows": choose_factory(
+        score=METRICS_WRONG["accuracy_over_accepted_rows"]
+    ),
     "budget_from_perfect_accuracy": choose_factory(floor_from_one=True),
     "budget_hard_coded": choose_factory(fixed_max_drop=0.03),
     "budget_in_points": choose_factory(drop_in_points=True),
@@ -458,6 +625,7 @@ WRONG_CHOOSERS = {
     "maximises_recall": choose_factory(pick="best_recall"),
     "maximises_accuracy_plus_recall": choose_factory(pick="best_sum"),
     "maximises_f1": choose_factory(pick="best_f1"),
+    "smallest_within_budget": choose_factory(pick="smallest_above_zero"),
     "always_half": lambda *args, **kwargs: 0.5,
     "strict_greater_than": choose_factory(strict=True),
     "relative_floor": choose_factory(relative=True),
@@ -467,23 +635,74 @@ WRONG_CHOOSERS = {
 }
 
 
+@pytest.mark.parametrize("right", CHOOSE_RIGHT, ids=lambda f: getattr(f, "__name__", str(f)[:20]))
+def test_choose_right_variants_pass(right):
+    result = verdict(check.choose_threshold, right)
+    assert result.status == PASSED, result.report()
+
+
+def test_choose_stub_not_implemented():
+    assert verdict(check.choose_threshold, stub).status == NOT_IMPLEMENTED
+
+
 @pytest.mark.parametrize(
-    "name, words",
-    [
-        ("strict_greater_than", "*at least* acc0 - max_drop (use >=)"),
-        ("relative_floor", "as a relative drop"),
-        ("stops_at_first_break", "stopped at the first candidate over budget"),
-        ("default_candidates_miss_one", "your default candidates stop before 1.00"),
-    ],
+    "wrong, words", CHOOSE_PROPERTIES, ids=lambda f: getattr(f, "__name__", str(f)[:20])
 )
-def test_choose_mistake_is_named(name, words):
-    result = check.choose_threshold(WRONG_CHOOSERS[name], raise_on_failure=False)
+def test_choose_property_named(wrong, words):
+    result = verdict(check.choose_threshold, wrong)
+    assert result.status == FAILED, result.report()
     assert words in result.message, result.message
 
 
-def test_rule_case_separates_the_rules():
-    logits, target = check.rule_case()
-    args = (logits, target, check.CLASSES, check.RULE_MAX_DROP, check.RULE_CANDIDATES)
+@pytest.mark.parametrize("name", sorted(WRONG_CHOOSERS))
+def test_choose_wrong_rejected(name):
+    result = verdict(check.choose_threshold, WRONG_CHOOSERS[name])
+    assert result.status == FAILED, result.report()
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("strict_greater_than", "*at least* acc0 - max_drop"),
+        ("relative_floor", "absolute points"),
+        ("stops_at_first_break", "whatever the order"),
+        ("default_candidates_miss_one", "both ends included"),
+    ],
+)
+def test_choose_rule_is_named(name, words):
+    result = verdict(check.choose_threshold, WRONG_CHOOSERS[name])
+    assert words in result.message, result.message
+
+
+def test_choose_expected_answers_agree_with_a_right_implementation():
+    """The counts the check derives its answers from agree with thresholding the logits."""
+    for case in check._choose_cases():
+        options = {}
+        if case.max_drop is not None:
+            options["max_drop"] = case.max_drop
+        if case.candidates is not None:
+            options["candidates"] = case.candidates
+        assert choose_factory()(case.data.logits, case.data.target, 4, **options) == pytest.approx(
+            case.expected
+        )
+
+
+def test_choose_sets_have_margins_and_distinct_answers():
+    """No accuracy sits on the budget's edge; the four random cases have several answers."""
+    cases = check._choose_cases()
+    for case in cases:
+        data, n_in = case.data, int((case.data.target != 4).sum())
+        drop = 0.03 if case.max_drop is None else case.max_drop
+        floor = data.accuracy_rows(0.0) - drop * n_in
+        for t in GRID:
+            gap = data.accuracy_rows(t) - floor
+            assert gap == 0 or abs(gap) > 0.19, (case.what, t, gap)
+    assert len({case.expected for case in cases[:4]}) >= 3
+
+
+def test_rule_set_separates_the_rules():
+    data = check._rule_validation()
+    args = (data.logits, data.target, 4, check.RULE_MAX_DROP, check.RULE_CANDIDATES)
     answers = {
         "right": choose_factory()(*args),
         "strict": choose_factory(strict=True)(*args),
@@ -493,46 +712,9 @@ def test_rule_case_separates_the_rules():
     assert answers == {"right": 0.7, "strict": 0.6, "relative": 0.5, "first_break": 0.0}
 
 
-def test_sorted_scan_that_stops_at_the_first_break_passes():
-    """In-scope accuracy never rises with the threshold, so a scan of the sorted candidates
-    that stops at the first one over budget is right."""
-
-    def sorted_scan(val_logits, val_target, oos_id, max_drop=0.03, candidates=None):
-        candidates = sorted(GRID if candidates is None else candidates)
-        chooser = choose_factory(pick="first_break")
-        return chooser(val_logits, val_target, oos_id, max_drop, candidates)
-
-    assert check.choose_threshold(sorted_scan, raise_on_failure=False).status == PASSED
-
-
-@pytest.mark.parametrize("name", list(WRONG_CHOOSERS))
-def test_choose_wrong_rejected(name):
-    result = check.choose_threshold(WRONG_CHOOSERS[name], raise_on_failure=False)
-    assert result.status == FAILED, result.report()
-
-
-def test_checks_are_fast():
-    """Each check costs well under 2 s unloaded (about 0.1 s single-threaded); the bound is
-    loose because on a busy machine PyTorch's idle threads spin and inflate the CPU time."""
-    import time
-
-    for run, impl in [
-        (check.masked_mean_pool, pool),
-        (check.apply_threshold, threshold),
-        (check.oos_metrics, metrics),
-        (check.choose_threshold, choose_factory()),
-    ]:
-        start = time.process_time()
-        run(impl, raise_on_failure=False)
-        assert time.process_time() - start < 5.0, run.__name__
-
-
 # ---------------------------------------------------------------------------------------
 # Exercises 8.6 and 8.7: intent means, shared covariance, Mahalanobis scores
 # ---------------------------------------------------------------------------------------
-
-import numpy as np  # noqa: E402 - this section's own imports
-from sklearn.covariance import EmpiricalCovariance  # noqa: E402
 
 
 def gaussians(features, labels):
@@ -543,195 +725,344 @@ def gaussians(features, labels):
     return means, torch.as_tensor(precision, dtype=features.dtype)
 
 
-def gaussians_per_class_average(features, labels):
+def gaussians_torch(features, labels):
+    x = features.double()
+    means = torch.stack([x[labels == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
+    return means, torch.linalg.inv(torch.cov((x - means[labels]).T, correction=0))
+
+
+def gaussians_outer_products(features, labels):
+    """A loop over rows, summing outer products; numpy arrays returned."""
+    x = features.double().numpy()
+    y = labels.numpy()
+    means = np.stack([x[y == c].mean(axis=0) for c in range(y.max() + 1)])
+    total = np.zeros((x.shape[1], x.shape[1]))
+    for row, c in zip(x, y, strict=True):
+        total += np.outer(row - means[c], row - means[c])
+    return means, np.linalg.inv(total / len(x))
+
+
+def gaussians_index_add(features, labels):
+    count = torch.bincount(labels).to(features.dtype)
+    sums = torch.zeros(len(count), features.shape[1], dtype=features.dtype).index_add_(
+        0, labels, features
+    )
+    means = sums / count.unsqueeze(1)
+    centred = features - means[labels]
+    return means, torch.linalg.pinv(centred.T @ centred / len(features), hermitian=True)
+
+
+def gaussians_lda(features, labels):
+    """scikit-learn's linear discriminant analysis: its covariance_ is the shared one."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    lda = LinearDiscriminantAnalysis(solver="lsqr", store_covariance=True)
+    lda.fit(features.numpy(), labels.numpy())
+    return torch.as_tensor(lda.means_), torch.linalg.inv(torch.as_tensor(lda.covariance_))
+
+
+def gaussians_centres_in_place(features, labels):
     means, _ = gaussians(features, labels)
-    covs = [torch.cov((features[labels == c]).T, correction=0) for c in range(len(means))]
-    return means, torch.linalg.inv(torch.stack(covs).mean(dim=0))
+    features -= means[labels]  # centred in place: the caller's vectors are gone
+    precision = EmpiricalCovariance(assume_centered=True).fit(features.numpy()).precision_
+    return means, torch.as_tensor(precision)
 
 
-def gaussians_per_class(features, labels):
-    means, _ = gaussians(features, labels)
-    covs = [torch.cov((features[labels == c]).T, correction=0) for c in range(len(means))]
-    return means, torch.linalg.inv(torch.stack(covs))  # (C, D, D): one per class
+GAUSSIANS_RIGHT = [
+    gaussians,
+    gaussians_torch,
+    gaussians_outer_products,
+    gaussians_index_add,
+    gaussians_lda,
+]
 
 
-def gaussians_not_inverted(features, labels):
-    means, precision = gaussians(features, labels)
-    return means, torch.linalg.inv(precision)
+def gaussians_float64_default(features, labels):
+    torch.set_default_dtype(torch.float64)  # "a covariance needs float64"
+    return gaussians_torch(features, labels)
 
 
-def gaussians_overall_mean(features, labels):
-    means, _ = gaussians(features, labels)
-    return means, torch.linalg.inv(torch.cov(features.T, correction=0))
+GAUSSIANS_PROPERTIES = [
+    (gaussians_float64_default, "global state"),
+    (gaussians_centres_in_place, "inputs untouched"),
+]
 
 
-def gaussians_unbiased(features, labels):
-    means = torch.stack([features[labels == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
-    return means, torch.linalg.inv(torch.cov((features - means[labels]).T))  # divides by N - 1
+def gaussians_with_covariance(covariance):
+    def wrong(features, labels):
+        means, _ = gaussians(features, labels)
+        return means, covariance(features.double(), labels, means.double())
+
+    return wrong
 
 
-def gaussians_ledoit_wolf(features, labels):
-    from sklearn.covariance import LedoitWolf
-
-    means, _ = gaussians(features, labels)
-    centred = (features - means[labels]).numpy()
-    return means, torch.as_tensor(LedoitWolf(assume_centered=True).fit(centred).precision_)
+def per_class(features, labels, means):
+    return [torch.cov(features[labels == c].T, correction=0) for c in range(len(means))]
 
 
-VALIDATION_SPLIT = check.gaussian_case(321)  # stands for the notebook's validation vectors
+VALIDATION_SPLIT = check._gaussian_set(321)  # stands for the notebook's validation vectors
+
+GAUSSIANS_WRONG = {
+    "per_class_average": gaussians_with_covariance(
+        lambda x, y, m: torch.linalg.inv(torch.stack(per_class(x, y, m)).mean(0))
+    ),
+    "per_class": gaussians_with_covariance(
+        lambda x, y, m: torch.linalg.inv(torch.stack(per_class(x, y, m)))
+    ),
+    "not_inverted": gaussians_with_covariance(
+        lambda x, y, m: torch.cov((x - m[y]).T, correction=0)
+    ),
+    "overall_mean": gaussians_with_covariance(
+        lambda x, y, m: torch.linalg.inv(torch.cov(x.T, correction=0))
+    ),
+    "divides_by_n_minus_1": gaussians_with_covariance(
+        lambda x, y, m: torch.linalg.inv(torch.cov((x - m[y]).T))
+    ),
+    "divides_by_n_minus_c": gaussians_with_covariance(
+        lambda x, y, m: torch.linalg.inv((x - m[y]).T @ (x - m[y]) / (len(x) - len(m)))
+    ),
+    "ledoit_wolf": gaussians_with_covariance(
+        lambda x, y, m: torch.as_tensor(
+            __import__("sklearn.covariance")
+            .covariance.LedoitWolf(assume_centered=True)
+            .fit((x - m[y]).numpy())
+            .precision_
+        )
+    ),
+    "validation_split": lambda features, labels: gaussians(*VALIDATION_SPLIT),
+    "precision_only": lambda features, labels: gaussians(features, labels)[1],
+    "scalar_means": lambda features, labels: (
+        torch.stack([features[labels == c].mean() for c in range(int(labels.max()) + 1)]),
+        gaussians(features, labels)[1],
+    ),
+    "one_class_short": lambda features, labels: (
+        gaussians(features, labels)[0][: max(1, int(labels.max()))],
+        gaussians(features, labels)[1],
+    ),
+    "estimator_returned": lambda features, labels: (
+        gaussians(features, labels)[0],
+        EmpiricalCovariance(assume_centered=True).fit(features.numpy()),
+    ),
+}
 
 
-def gaussians_on_validation(features, labels):
-    return gaussians(*VALIDATION_SPLIT)
+@pytest.mark.parametrize(
+    "right", GAUSSIANS_RIGHT, ids=lambda f: getattr(f, "__name__", str(f)[:20])
+)
+def test_gaussians_right_variants_pass(right):
+    result = verdict(check.fit_gaussians, right)
+    assert result.status == PASSED, result.report()
 
 
-def gaussians_in_place(features, labels):
-    result = gaussians(features, labels)
-    features -= features.mean(dim=0)
-    return result
+def test_gaussians_stub_not_implemented():
+    assert verdict(check.fit_gaussians, stub).status == NOT_IMPLEMENTED
 
 
-def scores(features, means, precision):
-    """The notebook's solution: all (row, class) squared distances, the smallest per row."""
-    diff = features.unsqueeze(1) - means.unsqueeze(0)  # (N, C, D)
-    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).amin(dim=1)
+@pytest.mark.parametrize(
+    "wrong, words", GAUSSIANS_PROPERTIES, ids=lambda f: getattr(f, "__name__", str(f)[:20])
+)
+def test_gaussians_property_named(wrong, words):
+    result = verdict(check.fit_gaussians, wrong)
+    assert result.status == FAILED, result.report()
+    assert words in result.message, result.message
+    torch.set_default_dtype(torch.float32)
 
 
-def scores_sqrt(features, means, precision):
-    return scores(features, means, precision).sqrt()
+@pytest.mark.parametrize("name", sorted(GAUSSIANS_WRONG))
+def test_gaussians_wrong_rejected(name):
+    result = verdict(check.fit_gaussians, GAUSSIANS_WRONG[name])
+    assert result.status == FAILED, result.report()
 
 
-def scores_euclidean(features, means, precision):
-    return scores(features, means, torch.eye(len(precision), dtype=precision.dtype))
-
-
-def scores_inverted_again(features, means, precision):
-    return scores(features, means, torch.linalg.inv(precision))
-
-
-def scores_overall_mean(features, means, precision):
-    return scores(features, means.mean(dim=0, keepdim=True), precision)
-
-
-def scores_largest(features, means, precision):
-    diff = features.unsqueeze(1) - means.unsqueeze(0)
-    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).amax(dim=1)
-
-
-def scores_average(features, means, precision):
-    diff = features.unsqueeze(1) - means.unsqueeze(0)
-    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).mean(dim=1)
-
-
-def scores_all_classes(features, means, precision):
-    diff = features.unsqueeze(1) - means.unsqueeze(0)
-    return torch.einsum("ncd,de,nce->nc", diff, precision, diff)  # (N, C), no minimum
-
-
-def scores_nearest_euclidean_mean(features, means, precision):
-    nearest = torch.cdist(features, means).argmin(dim=1)  # the class chosen without the precision
-    diff = features - means[nearest]
-    return torch.einsum("nd,de,ne->n", diff, precision, diff)
-
-
-def scores_numpy(features, means, precision):
-    return scores(features, means, precision).numpy()
-
-
-def scores_in_place(features, means, precision):
-    result = scores(features, means, precision)
-    features.mul_(2)
-    return result
-
-
-def test_gaussian_case_classes_differ():
+def test_gaussian_sets_differ_between_classes():
     """Per-class covariances are really different and the classes really unbalanced."""
-    features, labels = check.gaussian_case(0)
+    features, labels = check._gaussian_set(860)
     covs = [torch.cov(features[labels == c].T) for c in range(4)]
     assert (covs[3].trace() / covs[0].trace()) > 4
     assert len(set(torch.bincount(labels).tolist())) == 4
 
 
-def test_gaussians_reference_passes():
-    assert check.fit_gaussians(gaussians, raise_on_failure=False).status == PASSED
+def scores(features, means, precision):
+    """The notebook's solution: the square expanded, three matrix products."""
+    projected = features @ precision
+    squared = (
+        (projected * features).sum(dim=-1, keepdim=True)
+        - 2 * projected @ means.T
+        + ((means @ precision) * means).sum(dim=-1)
+    )
+    return squared.amin(dim=1)
 
 
-def test_gaussians_torch_only_passes():
-    assert check.fit_gaussians(check.reference_fit_gaussians, raise_on_failure=False).status == PASSED
+def scores_einsum(features, means, precision):
+    diff = features.unsqueeze(1) - means.unsqueeze(0)  # (N, C, D)
+    return torch.einsum("ncd,de,nce->nc", diff, precision, diff).amin(dim=1)
 
 
-def test_gaussians_stub_not_implemented():
-    assert check.fit_gaussians(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
+def scores_loop(features, means, precision):
+    best = None
+    for mean in means:
+        diff = features - mean
+        d = ((diff @ precision) * diff).sum(-1)
+        best = d if best is None else torch.minimum(best, d)
+    return best
 
 
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        gaussians_per_class_average,
-        gaussians_per_class,
-        gaussians_not_inverted,
-        gaussians_overall_mean,
-        gaussians_unbiased,
-        gaussians_ledoit_wolf,
-        gaussians_on_validation,
-        gaussians_in_place,
-        lambda features, labels: gaussians(features, labels)[1],
-    ],
-    ids=lambda f: f.__name__,
-)
-def test_gaussians_wrong_rejected(wrong):
-    result = check.fit_gaussians(wrong, raise_on_failure=False)
-    assert result.status == FAILED, result.report()
+def scores_cholesky(features, means, precision):
+    """(h - mu)^T L L^T (h - mu) = |L^T (h - mu)|^2: a Euclidean distance after L."""
+    chol = torch.linalg.cholesky(precision)
+    return (torch.cdist(features @ chol, means @ chol) ** 2).amin(dim=1)
 
 
-def test_scores_reference_passes():
-    assert check.mahalanobis_scores(scores, raise_on_failure=False).status == PASSED
+def scores_scipy(features, means, precision):
+    from scipy.spatial.distance import cdist
+
+    d = cdist(features.numpy(), means.numpy(), "mahalanobis", VI=precision.numpy())
+    return (d**2).min(axis=1)
 
 
-def test_scores_numpy_passes():
-    assert check.mahalanobis_scores(scores_numpy, raise_on_failure=False).status == PASSED
+SCORES_RIGHT = [scores, scores_einsum, scores_loop, scores_cholesky, scores_scipy]
+
+
+def scores_without_the_factor_2(features, means, precision):
+    projected = features @ precision
+    squared = (
+        (projected * features).sum(dim=-1, keepdim=True)
+        - projected @ means.T
+        + ((means @ precision) * means).sum(dim=-1)
+    )
+    return squared.amin(dim=1)
+
+
+def scores_plus_cross_term(features, means, precision):
+    projected = features @ precision
+    squared = (
+        (projected * features).sum(dim=-1, keepdim=True)
+        + 2 * projected @ means.T
+        + ((means @ precision) * means).sum(dim=-1)
+    )
+    return squared.amin(dim=1)
+
+
+def scores_running_minimum_on_the_cpu(features, means, precision):
+    best = torch.full((len(features),), float("inf"), dtype=features.dtype)
+    for mean in means:
+        diff = features - mean
+        best = torch.minimum(best, ((diff @ precision) * diff).sum(-1))
+    return best
+
+
+SCORES_PROPERTIES = [
+    (scores_without_the_factor_2, "expansion of the squared distance"),
+    (scores_plus_cross_term, "expansion of the squared distance"),
+    (scores_running_minimum_on_the_cpu, "the inputs' device"),
+]
+
+SCORES_WRONG = {
+    "sqrt": lambda x, m, p: scores(x, m, p).sqrt(),
+    "euclidean": lambda x, m, p: scores(x, m, torch.eye(len(p), dtype=p.dtype)),
+    "inverted_again": lambda x, m, p: scores(x, m, torch.linalg.inv(p)),
+    "overall_mean": lambda x, m, p: scores(x, m.mean(dim=0, keepdim=True), p),
+    "largest": lambda x, m, p: -scores(x, m, -p),
+    "average": lambda x, m, p: torch.einsum(
+        "ncd,de,nce->nc", x.unsqueeze(1) - m.unsqueeze(0), p, x.unsqueeze(1) - m.unsqueeze(0)
+    ).mean(dim=1),
+    "all_classes": lambda x, m, p: torch.einsum(
+        "ncd,de,nce->nc", x.unsqueeze(1) - m.unsqueeze(0), p, x.unsqueeze(1) - m.unsqueeze(0)
+    ),
+    "nearest_euclidean_mean": lambda x, m, p: torch.einsum(
+        "nd,de,ne->n",
+        x - m[torch.cdist(x, m).argmin(1)],
+        p,
+        x - m[torch.cdist(x, m).argmin(1)],
+    ),
+    "in_place": lambda x, m, p: (scores(x, m, p), x.mul_(2))[0],
+    "half_squared": lambda x, m, p: scores(x, m, p) / 2,
+    "mean_term_forgotten": lambda x, m, p: (
+        ((x @ p) * x).sum(-1, keepdim=True) - 2 * (x @ p) @ m.T
+    ).amin(dim=1),
+}
+
+
+@pytest.mark.parametrize("right", SCORES_RIGHT, ids=lambda f: getattr(f, "__name__", str(f)[:20]))
+def test_scores_right_variants_pass(right):
+    result = verdict(check.mahalanobis_scores, right)
+    assert result.status == PASSED, result.report()
 
 
 def test_scores_stub_not_implemented():
-    assert check.mahalanobis_scores(stub, raise_on_failure=False).status == NOT_IMPLEMENTED
-
-
-def test_scores_agree_with_notebook_pipeline():
-    """Reference scores equal sklearn's own squared Mahalanobis distance to the nearest mean."""
-    features, labels = check.gaussian_case(4)
-    means, precision = check.reference_fit_gaussians(features, labels)
-    centred = (features - means[labels]).numpy()
-    estimator = EmpiricalCovariance(assume_centered=True).fit(centred)
-    queries = features[:7]
-    sklearn_scores = np.min([estimator.mahalanobis((queries - m).numpy()) for m in means], axis=0)
-    ours = check.reference_mahalanobis_scores(queries, means, precision)
-    assert np.allclose(ours.numpy(), sklearn_scores, rtol=1e-8)
+    assert verdict(check.mahalanobis_scores, stub).status == NOT_IMPLEMENTED
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [
-        scores_sqrt,
-        scores_euclidean,
-        scores_inverted_again,
-        scores_overall_mean,
-        scores_largest,
-        scores_average,
-        scores_all_classes,
-        scores_nearest_euclidean_mean,
-        scores_in_place,
-    ],
-    ids=lambda f: f.__name__,
+    "wrong, words", SCORES_PROPERTIES, ids=lambda f: getattr(f, "__name__", str(f)[:20])
 )
-def test_scores_wrong_rejected(wrong):
-    result = check.mahalanobis_scores(wrong, raise_on_failure=False)
+def test_scores_property_named(wrong, words):
+    result = verdict(check.mahalanobis_scores, wrong)
+    assert result.status == FAILED, result.report()
+    assert words in result.message, result.message
+
+
+@pytest.mark.parametrize("name", sorted(SCORES_WRONG))
+def test_scores_wrong_rejected(name):
+    result = verdict(check.mahalanobis_scores, SCORES_WRONG[name])
     assert result.status == FAILED, result.report()
 
 
-def test_mahalanobis_checks_are_fast():
-    import time
+def test_scores_expected_agree_with_sklearn():
+    """The check's expected scores equal sklearn's squared Mahalanobis distance."""
+    for case in check._score_cases():
+        estimator = EmpiricalCovariance()
+        estimator.precision_ = case.precision.double().numpy()
+        estimator.location_ = np.zeros(case.precision.shape[0])
+        sklearn_scores = np.min(
+            [
+                estimator.mahalanobis((case.features.double() - m).numpy())
+                for m in case.means.double()
+            ],
+            axis=0,
+        )
+        assert np.allclose(case.expected.numpy(), sklearn_scores, rtol=1e-8, atol=1e-8)
 
-    for run, impl in [(check.fit_gaussians, gaussians), (check.mahalanobis_scores, scores)]:
+
+# ---------------------------------------------------------------------------------------
+# The module itself
+# ---------------------------------------------------------------------------------------
+
+CHECKS = [
+    (check.masked_mean_pool, pool),
+    (check.apply_threshold, threshold),
+    (check.oos_metrics, metrics),
+    (check.choose_threshold, choose_factory()),
+    (check.fit_gaussians, gaussians),
+    (check.mahalanobis_scores, scores),
+]
+
+
+def test_the_module_exports_checks_and_data_only():
+    """No reference answer to import: every public function of the module is a check."""
+    checks = {run.__name__ for run, _ in CHECKS}
+    public = {
+        name
+        for name, value in vars(check).items()
+        if callable(value)
+        and not name.startswith("_")
+        and getattr(value, "__module__", "") == check.__name__
+        and not isinstance(value, type)
+    }
+    assert public == checks
+    assert not [name for name in vars(check) if "reference" in name.lower()]
+
+
+@pytest.mark.parametrize("run, implementation", CHECKS, ids=lambda x: getattr(x, "__name__", ""))
+def test_checks_leave_the_global_random_state_alone(run, implementation):
+    state = torch.random.get_rng_state()
+    verdict(run, implementation)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_checks_are_fast():
+    """Each check, probed and replayed, costs well under 5 s of CPU (about 0.3 s unloaded)."""
+    for run, implementation in CHECKS:
         start = time.process_time()
-        run(impl, raise_on_failure=False)
+        verdict(run, implementation)
         assert time.process_time() - start < 5.0, run.__name__

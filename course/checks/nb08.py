@@ -1,122 +1,255 @@
 """Checks for notebook 08, intent classification with out-of-scope detection.
 
-* ``masked_mean_pool``: compared with a per-row loop over the real tokens only, on random
-  masks, float64, a batch of one, an odd length and a row with no real token (zeros, not NaN).
-* ``apply_threshold``: compared with a reference written from the definition (softmax over
-  the classes, then "confidence below the threshold -> out of scope") on logits that carry
-  per-row offsets, so thresholding the raw logits or a softmax over the wrong axis gives
-  different answers; thresholds 0 and above 1, a fully confident row at threshold 1, the
-  out-of-scope id as an extra label and as a column, float64 and a batch of one.
-* ``oos_metrics``: a hand-computed example whose three wrong readings (accuracy over every
-  row, accuracy over the accepted rows only, recall and precision swapped) all give other
-  numbers; nothing flagged (precision 0.0) and a random case against a reference.
-* ``choose_threshold``: two synthetic validation sets with different answers (a function
-  that does not use the data it is given, e.g. the test split, cannot pass both), two
-  accuracy budgets, explicit and default candidate grids; the synthetic logits carry offsets
-  so that thresholding logits instead of probabilities moves the answer.
+No check holds an implementation of an answer. The expected values come from library
+functions or from the way the inputs are built:
+
+* 8.1 ``masked_mean_pool``: ``torch.nn.functional.embedding_bag(mode="mean")``, which averages
+  arbitrary sets of rows and gives an empty set a zero vector; its gradient too.
+* 8.2 ``apply_threshold``: logits built backwards from a chosen label and a chosen confidence
+  per row (the softmax of the logits gives that row exactly those probabilities), so the
+  expected decision is known by construction.
+* 8.3 ``oos_metrics``: ``sklearn.metrics`` (accuracy, recall, precision).
+* 8.4 ``choose_threshold``: validation sets built from chosen confidences and right/wrong
+  rows, whose in-scope accuracy at any threshold is a count over that data.
+* 8.6 ``fit_gaussians``: ``sklearn``'s linear discriminant analysis (its ``covariance_`` is the
+  shared covariance, divided by N) and ``EmpiricalCovariance`` for a single class.
+* 8.7 ``mahalanobis_scores``: ``scipy.spatial.distance.cdist(metric="mahalanobis")``.
+
+Every call goes through :func:`course.properties.call` (inputs untouched, global state
+unchanged); the cases are tables; inputs come from :func:`course.properties.generator`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from course.check import exercise_check, expect, expect_close, expect_equal, expect_shape
+from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
+from course.observe import NotPlainData, to_plain
+from course.properties import call, generator, gradients, observe, on_meta
 
+F64 = torch.float64
 METRIC_KEYS = ("in_scope_accuracy", "oos_recall", "oos_precision")
+CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
+
+
+# ----------------------------------------------------------------------------------------
+# Shared: what came back, and the device property
+# ----------------------------------------------------------------------------------------
+
+
+def _as_data(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` whose result comes back as ``{"value": ...}`` when it is plain data, or
+    ``{"type": name}`` when it is not (an estimator, a generator): the check can say so."""
+
+    def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        result = function(*args, **kwargs)
+        try:
+            to_plain(result)
+        except NotPlainData:
+            name = type(result).__name__
+            if isinstance(result, tuple | list):
+                name += " of (" + ", ".join(type(item).__name__ for item in result) + ")"
+            return {"type": name}
+        return {"value": result}
+
+    return run
+
+
+def _value(observed: dict[str, Any], what: str, expected: str) -> Any:
+    if "type" in observed:
+        raise CheckFailure(f"{what} returned a {observed['type']}; expected {expected}.")
+    return observed["value"]
+
+
+def _tensor(value: Any, what: str, expected: str) -> torch.Tensor:
+    """A tensor (NumPy arrays arrive as tensors) or a failure naming what came back."""
+    if not isinstance(value, torch.Tensor):
+        raise CheckFailure(f"{what} returned a {type(value).__name__}; expected {expected}.")
+    return value
+
+
+_DEVICE_MIX = ("is not on the expected device", "same device", "device type", "Expected all")
+
+
+def _on_meta(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """:func:`on_meta`, except that an operation the meta device cannot run (it has no data:
+    ``.tolist()``, boolean indexing, NumPy) is no device mistake: ``{"device": "unknown"}``."""
+    try:
+        return on_meta(function, *args)
+    except Exception as error:  # noqa: BLE001 - whatever the student's code raised on meta
+        text = str(error)
+        if any(words in text for words in _DEVICE_MIX) and "numpy" not in text:
+            return {"device": "mixed", "shape": None, "error": text[:200]}
+        return {"device": "unknown", "shape": None}
+
+
+def _expect_device(function: Callable[..., Any], what: str, *args: Any) -> None:
+    """The device property: inputs on another device give a result on that device."""
+    seen = observe(f"{what}, inputs on the meta device", lambda: _on_meta(function, *args))
+    if seen["device"] == "unknown":
+        return  # the code reads values (a loop over .tolist(), NumPy): meta cannot run it
+    expect(
+        seen["device"] == "meta",
+        f"{what} with every input on another device (the meta device): "
+        + (
+            f"your code mixed devices ({seen.get('error', '')})."
+            if seen["device"] == "mixed"
+            else f"the result is on {seen['device']}."
+        )
+        + " The property violated: the function works on the inputs' device (a GPU in training).",
+        "A tensor created without `device=` lives on the CPU: create new tensors from the inputs "
+        "(`torch.zeros_like`, `x.new_zeros`, `device=x.device`) or avoid creating any.",
+    )
+
 
 # ----------------------------------------------------------------------------------------
 # Exercise 8.1: masked mean pooling
 # ----------------------------------------------------------------------------------------
 
 
-def _reference_pool(hidden: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the real tokens of each row, written as a plain loop (zeros for empty rows)."""
-    rows = []
-    for states, keep in zip(hidden, token_mask, strict=True):
-        real = states[keep]
-        rows.append(real.mean(dim=0) if len(real) else torch.zeros_like(states[0]))
-    return torch.stack(rows)
+class PoolCase(NamedTuple):
+    what: str
+    hidden: torch.Tensor
+    mask: torch.Tensor
+    expected: torch.Tensor
+    hint: str | None = None
 
 
-def _random_mask(batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
-    """Right-padded masks (True = real token) of random lengths, at least one real token."""
-    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
-    lengths[0] = length  # one row without padding
-    return torch.arange(length).expand(batch, length) < lengths.unsqueeze(1)
+def _pool_cases() -> list[PoolCase]:
+    g = generator(81)
+    lengths = torch.randint(1, 8, (5,), generator=g)
+    lengths[0] = 7  # one row without padding
+    right_padded = torch.arange(7).expand(5, 7) < lengths.unsqueeze(1)
+    scattered = torch.rand(4, 9, generator=g) < 0.6
+    scattered[:, 4] = True
+    left_padded = torch.arange(6).expand(3, 6) >= torch.tensor([[0], [2], [5]])
+    raw = [
+        (
+            "masked_mean_pool of a right-padded batch: hidden (5, 7, 6), token_mask (5, 7)",
+            torch.randn(5, 7, 6, generator=g) * 3 + 1,
+            right_padded,
+            "Padded positions count neither in the sum nor in the number you divide by.",
+        ),
+        (
+            "masked_mean_pool with padding at arbitrary positions (4, 9, 3)",
+            torch.randn(4, 9, 3, generator=g),
+            scattered,
+            "Only the mask says which positions are real tokens, wherever they are.",
+        ),
+        (
+            "masked_mean_pool of a left-padded float64 batch (3, 6, 16)",
+            torch.randn(3, 6, 16, generator=g, dtype=F64),
+            left_padded,
+            None,
+        ),
+        (
+            "masked_mean_pool of a batch of one in float64 (1, 5, 4)",
+            torch.randn(1, 5, 4, generator=g, dtype=F64),
+            torch.tensor([[True, True, True, False, False]]),
+            None,
+        ),
+        (
+            "masked_mean_pool with a row that has no real token (2, 3, 4)",
+            torch.randn(2, 3, 4, generator=g),
+            torch.tensor([[True, False, True], [False, False, False]]),
+            "The exercise asks for a zero vector for a row with no real token: its sum is "
+            "zero, so only the number you divide by needs care.",
+        ),
+        (
+            "masked_mean_pool of one-token sentences (3, 1, 2)",
+            torch.randn(3, 1, 2, generator=g),
+            torch.tensor([[True], [False], [True]]),
+            None,
+        ),
+    ]
+    cases = []
+    for what, hidden, mask, hint in raw:
+        # torch's embedding_bag averages each row's selected vectors; an empty bag gives zeros.
+        counts = mask.sum(dim=1)
+        offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]])
+        table = hidden.reshape(-1, hidden.shape[-1])
+        expected = F.embedding_bag(mask.flatten().nonzero().flatten(), table, offsets, mode="mean")
+        cases.append(PoolCase(what, hidden, mask, expected, hint))
+    return cases
+
+
+NO_GRADIENT = (
+    "no gradient reaches `hidden` through masked_mean_pool. The property violated: the model "
+    "is trained through the pooling, so the result must stay differentiable.",
+    "Compute with tensor operations on `hidden` itself: no .detach(), no torch.no_grad(), no "
+    "new tensor built from Python numbers.",
+)
+
+
+def _tracked(student_pool: Callable[..., Any]) -> Callable[..., Any]:
+    """``student_pool`` that fails with :data:`NO_GRADIENT` when its result has no graph."""
+
+    def run(hidden: torch.Tensor, mask: torch.Tensor) -> Any:
+        out = student_pool(hidden, mask)
+        if isinstance(out, torch.Tensor) and not out.requires_grad:
+            raise CheckFailure(*NO_GRADIENT)
+        return out
+
+    return run
 
 
 @exercise_check(
     "Exercise 8.1",
     "masked mean pooling",
-    hint="Zero the padded positions (multiply by the mask as a float, with a trailing axis "
-    "of size 1), sum over the token axis and divide by the number of real tokens, clamped "
-    "to at least 1.",
+    hint="The average over a row's real tokens: padded positions count neither in the sum nor "
+    "in the number you divide by; the mask decides which positions are real.",
 )
 def masked_mean_pool(student_pool: Callable[..., torch.Tensor]) -> None:
-    """Compare with a loop over real tokens on random, edge-case and float64 inputs."""
-    generator = torch.Generator().manual_seed(8)
-    hidden = torch.randn(5, 7, 6, generator=generator) * 3 + 1
-    mask = _random_mask(5, 7, generator)
-    original = hidden.clone()
-    out = student_pool(hidden, mask)
-    expect_shape(
-        out,
-        (5, 6),
-        "masked_mean_pool(hidden (5, 7, 6), mask (5, 7))",
-        hint="Average over the token axis (dim=1): one vector per sentence.",
-    )
-    expect(
-        torch.equal(hidden, original),
-        "masked_mean_pool changed its input tensor in place.",
-        hint="Build new tensors (hidden * mask) instead of writing into `hidden`.",
-    )
-    expect_close(
-        out,
-        _reference_pool(hidden, mask),
-        what="the pooled vectors of a right-padded batch",
-        hint="Padded positions must not count: neither in the sum nor in the number you divide by.",
-    )
+    """Compare with torch's embedding_bag mean; gradients, device, dtype, several shapes."""
+    cases = _pool_cases()
+    for case in cases:
+        got = call(case.what, student_pool, case.hidden, case.mask, names=("hidden", "token_mask"))
+        expect_shape(got, case.expected.shape, case.what, "One vector per sentence: (B, D).")
+        expect(
+            bool(torch.isfinite(got).all()) if got.is_floating_point() else True,
+            f"{case.what} gives NaN or inf (a division 0 / 0?). The property violated: every "
+            "row, even one with no real token, has a finite average.",
+            case.hint,
+        )
+        expect(
+            got.dtype == case.hidden.dtype,
+            f"{case.what} returned {got.dtype} for {case.hidden.dtype} input; the exercise asks "
+            "to keep the input's dtype.",
+            "Convert the mask to the dtype of `hidden`, not to a fixed float type.",
+        )
+        expect_close(got, case.expected, case.what, case.hint, atol=1e-6, rtol=1e-5)
 
-    # Padding placed anywhere (left padding, holes): only the mask decides.
-    scattered = torch.rand(4, 9, generator=generator) < 0.6
-    scattered[:, 4] = True
-    hidden = torch.randn(4, 9, 3, generator=generator)
+    first = cases[0]
+    hidden, mask = first.hidden.clone(), first.mask.clone()
+    got = observe(
+        "the gradient of masked_mean_pool with respect to hidden",
+        lambda: gradients(_tracked(student_pool), [hidden, mask], seed=8)["inputs"][0],
+    )
+    counts = mask.sum(dim=1)
+    rows = mask.flatten().nonzero().flatten()
+    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]])
+    expected = gradients(
+        lambda h, m: F.embedding_bag(rows, h.reshape(-1, h.shape[-1]), offsets, mode="mean"),
+        [hidden, mask],
+        seed=8,
+    )["inputs"][0]
+    expect(got is not None, NO_GRADIENT[0], NO_GRADIENT[1])
     expect_close(
-        student_pool(hidden, scattered),
-        _reference_pool(hidden, scattered),
-        what="pooling with padding at arbitrary positions",
-        hint="Use the mask itself, not the position of the first padding token.",
+        got,
+        expected,
+        "the gradient of masked_mean_pool with respect to hidden (each real token receives "
+        "1 / its sentence's token count, padding receives nothing)",
+        "Padded positions must not influence the result, so they get no gradient.",
+        atol=1e-6,
+        rtol=1e-5,
     )
-
-    one = torch.randn(1, 5, 4, dtype=torch.float64, generator=generator)
-    one_mask = torch.tensor([[True, True, True, False, False]])
-    expect_close(
-        student_pool(one, one_mask),
-        _reference_pool(one, one_mask),
-        what="a batch of one in float64",
-        atol=1e-12,
-        rtol=1e-10,
-    )
-
-    empty = torch.randn(2, 3, 4, generator=generator)
-    empty_mask = torch.tensor([[True, False, True], [False, False, False]])
-    out = student_pool(empty, empty_mask)
-    expect(
-        bool(torch.isfinite(out).all()),
-        "a row with no real token gives NaN or inf (0 / 0).",
-        hint="Clamp the token count to at least 1: the sum of such a row is 0, so its "
-        "mean becomes a zero vector.",
-    )
-    expect_close(
-        out,
-        _reference_pool(empty, empty_mask),
-        what="a batch with an all-padding row (expected: a zero vector)",
-    )
+    _expect_device(student_pool, "masked_mean_pool", hidden, mask)
 
 
 # ----------------------------------------------------------------------------------------
@@ -124,117 +257,203 @@ def masked_mean_pool(student_pool: Callable[..., torch.Tensor]) -> None:
 # ----------------------------------------------------------------------------------------
 
 
-def _reference_threshold(logits: torch.Tensor, threshold: float, oos_id: int) -> torch.Tensor:
-    """Most probable class, replaced by ``oos_id`` where its softmax probability < threshold."""
-    exps = torch.exp(logits.double() - logits.double().amax(dim=-1, keepdim=True))
-    probs = exps / exps.sum(dim=-1, keepdim=True)  # softmax written out, in float64
-    best = probs.argmax(dim=-1)
-    confidence = probs.gather(-1, best.unsqueeze(-1)).squeeze(-1)
-    return torch.where(confidence >= threshold, best, torch.full_like(best, oos_id)).long()
+class ThresholdCase(NamedTuple):
+    what: str
+    logits: torch.Tensor
+    threshold: float
+    oos_id: int
+    expected: torch.Tensor  # the labels, known from how the logits were built
+    confidence: torch.Tensor  # each row's largest softmax probability, for messages
+    hint: str | None = None
+    property: str = ""  # the property a case is about, named in its message
 
 
-def _offset_logits(
-    n: int, classes: int, generator: torch.Generator, dtype: torch.dtype = torch.float32
+def _logits_with(
+    confidence: torch.Tensor,
+    label: torch.Tensor,
+    classes: int,
+    g: torch.Generator,
+    offset: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Logits of varied sharpness plus a per-row offset (the softmax ignores the offset)."""
-    scale = torch.rand(n, 1, generator=generator, dtype=torch.float64) * 4 + 0.5
-    logits = torch.randn(n, classes, generator=generator, dtype=torch.float64) * scale
-    offset = torch.rand(n, 1, generator=generator, dtype=torch.float64) * 8 - 2
-    return (logits + offset).to(dtype)
+    """Logits whose softmax gives ``confidence`` to ``label`` and shares the rest unevenly
+    (each other class at most 2 (1 - confidence) / classes), plus a per-row ``offset``."""
+    rows = torch.arange(len(label))
+    weights = torch.rand(len(label), classes, generator=g, dtype=F64) + 1
+    weights[rows, label] = 0
+    probs = weights / weights.sum(dim=1, keepdim=True) * (1 - confidence.double()).unsqueeze(1)
+    probs[rows, label] = confidence.double()
+    return (probs.log() + offset.double().unsqueeze(1)).to(dtype)
 
 
-def _expect_predictions(
-    student: torch.Tensor, expected: torch.Tensor, what: str, hint: str | None = None
-) -> None:
-    expect_shape(
-        student, expected.shape, what, hint="Return one label per row: shape (N,), a LongTensor."
-    )
-    expect(
-        student.dtype == torch.long,
-        f"{what} has dtype {student.dtype}, expected torch.int64.",
-        hint="argmax returns a LongTensor; keep it (torch.where(keep, pred, oos_id)).",
-    )
-    wrong = (student.cpu() != expected).nonzero().flatten()
-    if len(wrong):
-        row = int(wrong[0])
-        expect(
-            False,
-            f"{what}: row {row} is labelled {int(student[row])}, expected "
-            f"{int(expected[row])} ({len(wrong)} of {len(expected)} rows differ).",
-            hint,
+def _halfway(n: int, low: float, high: float, g: torch.Generator) -> torch.Tensor:
+    """``n`` confidences in [low, high], each halfway between two multiples of 0.01."""
+    steps = torch.randint(int(low * 100), int(high * 100), (n,), generator=g)
+    return steps.double() / 100 + 0.005
+
+
+def _threshold_cases() -> list[ThresholdCase]:
+    g = generator(82)
+    cases = []
+
+    def add(what, logits, threshold, oos_id, label, confidence, hint=None, about=""):
+        keep = confidence >= threshold
+        expected = torch.where(keep, label, torch.full_like(label, oos_id))
+        cases.append(
+            ThresholdCase(what, logits, threshold, oos_id, expected, confidence, hint, about)
         )
+
+    label = torch.randint(0, 6, (40,), generator=g)
+    confidence = _halfway(40, 0.27, 0.99, g)
+    logits = _logits_with(confidence, label, 6, g, torch.rand(40, generator=g) * 8 - 2)
+    for threshold in (0.5, 0.3, 0.8):
+        add(
+            f"apply_threshold(logits (40, 6), threshold={threshold}, oos_id=6)",
+            logits,
+            threshold,
+            6,
+            label,
+            confidence,
+        )
+    add(
+        "threshold 0.0 (nothing may be flagged: every probability is >= 0)",
+        logits,
+        0.0,
+        6,
+        label,
+        confidence,
+    )
+    add(
+        "threshold 1.01 (everything must be flagged out of scope)",
+        logits,
+        1.01,
+        6,
+        label,
+        confidence,
+    )
+    add(
+        "oos_id=17",
+        logits,
+        0.5,
+        17,
+        label,
+        confidence,
+        "Use the `oos_id` argument; do not assume a particular label.",
+    )
+    add(
+        "oos_id=5, the last column (a model trained with an out-of-scope class)",
+        logits,
+        0.5,
+        5,
+        label,
+        confidence,
+    )
+
+    sure = torch.tensor([[50.0, 0.0, 0.0], [0.0, 0.0, 50.0], [1.0, 2.0, 0.0]])
+    add(
+        "threshold 1.0 with two rows of probability exactly 1.0",
+        sure,
+        1.0,
+        3,
+        torch.tensor([0, 2, 1]),
+        torch.tensor([1.0, 1.0, 0.6652]),
+        "The exercise keeps a confidence equal to the threshold.",
+    )
+
+    label = torch.randint(0, 9, (1,), generator=g)
+    confidence = _halfway(1, 0.2, 0.6, g)
+    add(
+        "a batch of one row, float64 logits (1, 9)",
+        _logits_with(confidence, label, 9, g, torch.tensor([1.5]), F64),
+        0.4,
+        9,
+        label,
+        confidence,
+    )
+
+    label = torch.randint(0, 150, (3,), generator=g)  # more classes than rows
+    confidence = torch.tensor([0.035, 0.015, 0.07], dtype=F64)
+    wide = _logits_with(confidence, label, 150, g, torch.tensor([3.0, -1.0, 0.5]))
+    for threshold in (0.02, 0.05):
+        add(
+            f"logits (3, 150), threshold={threshold}, oos_id=150",
+            wide,
+            threshold,
+            150,
+            label,
+            confidence,
+            "The softmax and the largest probability run over the classes.",
+        )
+
+    single = torch.randn(5, 1, generator=g) * 4
+    add(
+        "a model with a single class: logits (5, 1)",
+        single,
+        0.5,
+        1,
+        torch.zeros(5, dtype=torch.long),
+        torch.ones(5, dtype=F64),
+    )
+
+    label = torch.randint(0, 5, (30,), generator=g)
+    confidence = _halfway(30, 0.35, 0.99, g)
+    offset = torch.where(torch.arange(30) % 2 == 0, 1000.0, -1000.0)
+    huge = _logits_with(confidence, label, 5, g, offset + torch.randn(30, generator=g) * 100)
+    add(
+        "logits in the thousands (30, 5), threshold=0.6",
+        huge,
+        0.6,
+        5,
+        label,
+        confidence,
+        "exp of a logit in the thousands overflows (or underflows to 0): a softmax must not.",
+        " The property violated: numeric range (logits of any size give probabilities).",
+    )
+    return cases
 
 
 @exercise_check(
     "Exercise 8.2",
     "confidence threshold",
-    hint="probs = logits.softmax(dim=-1); confidence, prediction = probs.max(dim=-1); rows "
-    "whose confidence is below the threshold get `oos_id`.",
+    hint="The confidence of a row is its largest softmax probability over the classes; compare "
+    "that probability (not a logit) with the threshold.",
 )
-def apply_threshold(student_fn: Callable[..., torch.Tensor]) -> None:
-    """Compare with the definition on offset logits, edge thresholds and edge shapes."""
-    generator = torch.Generator().manual_seed(80)
-    logits = _offset_logits(40, 6, generator)
-    original = logits.clone()
-    for threshold in (0.5, 0.3, 0.8):
-        _expect_predictions(
-            student_fn(logits, threshold, 6),
-            _reference_threshold(logits, threshold, 6),
-            f"apply_threshold(logits (40, 6), threshold={threshold}, oos_id=6)",
-            hint="Compare the largest softmax *probability* (not the largest logit, not a "
-            "log-probability) with the threshold; the softmax runs over the classes (dim=-1).",
+def apply_threshold(student_threshold: Callable[..., torch.Tensor]) -> None:
+    """Logits built from chosen labels and confidences; edge thresholds, shapes and ranges."""
+    cases = _threshold_cases()
+    for case in cases:
+        got = call(
+            case.what,
+            student_threshold,
+            case.logits,
+            case.threshold,
+            case.oos_id,
+            names=("logits", "threshold", "oos_id"),
         )
-    expect(
-        torch.equal(logits, original),
-        "apply_threshold changed the logits in place.",
-        hint="Build the prediction in a new tensor.",
-    )
-
-    _expect_predictions(
-        student_fn(logits, 0.0, 6),
-        logits.argmax(dim=-1),
-        "threshold 0 (nothing may be flagged: every probability is >= 0)",
-    )
-    _expect_predictions(
-        student_fn(logits, 1.01, 6),
-        torch.full((40,), 6),
-        "threshold 1.01 (everything must be flagged out of scope)",
-        hint="Rows whose confidence is below the threshold get oos_id.",
-    )
-    sure = torch.tensor([[50.0, 0.0, 0.0], [0.0, 0.0, 50.0], [1.0, 2.0, 0.0]])
-    _expect_predictions(
-        student_fn(sure, 1.0, 3),
-        torch.tensor([0, 2, 3]),
-        "threshold 1.0 with two rows of probability exactly 1.0",
-        hint="A confidence equal to the threshold is kept (>=); only a "
-        "confidence strictly below it is out of scope.",
-    )
-
-    _expect_predictions(
-        student_fn(logits, 0.5, 17),
-        _reference_threshold(logits, 0.5, 17),
-        "oos_id=17",
-        hint="Use the `oos_id` argument; do not hard-code a label.",
-    )
-    # A 151-class model has a column for "oos": its argmax may already be oos_id.
-    _expect_predictions(
-        student_fn(logits, 0.5, 5),
-        _reference_threshold(logits, 0.5, 5),
-        "oos_id=5, the last column (a model trained with an oos class)",
-    )
-
-    one = _offset_logits(1, 9, generator, dtype=torch.float64)
-    _expect_predictions(
-        student_fn(one, 0.4, 9), _reference_threshold(one, 0.4, 9), "a batch of one, float64 logits"
-    )
-    wide = _offset_logits(3, 150, generator)  # more classes than rows: axis mix-ups show
-    for threshold in (0.02, 0.05):
-        _expect_predictions(
-            student_fn(wide, threshold, 150),
-            _reference_threshold(wide, threshold, 150),
-            f"logits (3, 150), threshold={threshold}",
-            hint="The softmax and the max run over the classes (dim=-1).",
+        expect_shape(got, case.expected.shape, case.what, "One label per row: shape (N,).")
+        expect(
+            got.dtype == torch.long,
+            f"{case.what} has dtype {got.dtype}; the exercise asks for a LongTensor (int64).",
+            "Labels are integers: keep the dtype of the class indices.",
         )
+        wrong = (got != case.expected).nonzero().flatten()
+        if len(wrong):
+            row = int(wrong[0])
+            reading = "kept" if case.expected[row] != case.oos_id else "flagged out of scope"
+            expect(
+                False,
+                f"{case.what}: row {row} is labelled {int(got[row])}, expected "
+                f"{int(case.expected[row])} ({len(wrong)} of {len(got)} rows differ). That row's "
+                f"largest softmax probability is {float(case.confidence[row]):.4g}, so with "
+                f"threshold {case.threshold} it is {reading}.{case.property}",
+                case.hint
+                or "Compare the largest softmax *probability* with the threshold; the softmax "
+                "runs over the classes.",
+            )
+    first = cases[0]
+    _expect_device(
+        student_threshold, "apply_threshold", first.logits, first.threshold, first.oos_id
+    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -242,408 +461,594 @@ def apply_threshold(student_fn: Callable[..., torch.Tensor]) -> None:
 # ----------------------------------------------------------------------------------------
 
 
-def _reference_metrics(pred: Sequence[int], target: Sequence[int], oos_id: int) -> dict[str, float]:
-    """The three figures from their definitions, counted in plain Python."""
-    pairs = list(zip([int(p) for p in pred], [int(t) for t in target], strict=True))
-    in_scope = [(p, t) for p, t in pairs if t != oos_id]
-    oos_rows = [(p, t) for p, t in pairs if t == oos_id]
-    flagged = [(p, t) for p, t in pairs if p == oos_id]
-    return {
-        "in_scope_accuracy": sum(p == t for p, t in in_scope) / len(in_scope),
-        "oos_recall": sum(p == oos_id for p, _ in oos_rows) / len(oos_rows),
-        "oos_precision": (sum(t == oos_id for _, t in flagged) / len(flagged)) if flagged else 0.0,
+class MetricsCase(NamedTuple):
+    what: str
+    pred: torch.Tensor
+    target: torch.Tensor
+    oos_id: int
+    expected: dict[str, float]
+
+
+def _metrics_case(what: str, pred: torch.Tensor, target: torch.Tensor, oos_id: int) -> MetricsCase:
+    from sklearn.metrics import accuracy_score, precision_score, recall_score
+
+    p, t = pred.numpy(), target.numpy()
+    inside = t != oos_id
+    expected = {
+        "in_scope_accuracy": float(accuracy_score(t[inside], p[inside])),
+        "oos_recall": float(recall_score(t == oos_id, p == oos_id, zero_division=0)),
+        "oos_precision": float(precision_score(t == oos_id, p == oos_id, zero_division=0)),
     }
+    return MetricsCase(what, pred, target, oos_id, expected)
 
 
-def _as_float(value: Any, what: str) -> float:
+def _metrics_cases() -> list[MetricsCase]:
+    oos = 9
+    target = torch.tensor([0, 1, 2, oos, oos, 1, oos])
+    g = generator(83)
+    random_target = torch.randint(0, 6, (300,), generator=g)  # 5 is "oos" here
+    random_pred = torch.where(
+        torch.rand(300, generator=g) < 0.7, random_target, torch.randint(0, 6, (300,), generator=g)
+    )
+    zero_target = torch.randint(0, 4, (50,), generator=g)  # 0 is "oos" here
+    zero_pred = torch.where(
+        torch.rand(50, generator=g) < 0.6, zero_target, torch.randint(0, 4, (50,), generator=g)
+    )
+    return [
+        _metrics_case(
+            "a 7-row example (in-scope accuracy 0.75, recall 0.333, precision 0.5)",
+            torch.tensor([0, oos, 2, oos, 1, 1, 2]),
+            target,
+            oos,
+        ),
+        _metrics_case(
+            "predictions that flag nothing (precision 0.0, as the exercise says)",
+            torch.tensor([0, 1, 2, 4, 1, 1, 2]),
+            target,
+            oos,
+        ),
+        _metrics_case("predictions that flag everything", torch.full((7,), oos), target, oos),
+        _metrics_case(
+            "two rows: one in scope and right, one out of scope and flagged",
+            torch.tensor([3, 7]),
+            torch.tensor([3, 7]),
+            7,
+        ),
+        _metrics_case("300 random rows with oos_id=5", random_pred, random_target, 5),
+        _metrics_case("50 random rows with oos_id=0", zero_pred, zero_target, 0),
+    ]
+
+
+METRIC_HINTS = {
+    "in_scope_accuracy": "In-scope accuracy: over the rows whose *true* label is in scope "
+    "only; such a row predicted out of scope is a mistake.",
+    "oos_recall": "Recall: of the rows whose *true* label is out of scope, the fraction "
+    "predicted out of scope.",
+    "oos_precision": "Precision: of the rows *predicted* out of scope, the fraction that really "
+    "are (0.0 when nothing is predicted out of scope).",
+}
+
+
+def _number(value: Any, what: str) -> float:
     if isinstance(value, torch.Tensor):
         shape = "a 0-d tensor" if value.dim() == 0 else f"a tensor of shape {tuple(value.shape)}"
-        expect(
-            False,
-            f"{what} should be a Python float, got {shape}.",
-            "Turn a one-element tensor into a number with .item() (tensors also keep the "
-            "device and, in training, the graph alive).",
+        raise CheckFailure(
+            f"{what} should be a Python float (the exercise says so), got {shape}.",
+            "A one-element tensor becomes a Python number with .item().",
         )
     expect(
-        isinstance(value, numbers.Real), f"{what} should be a number, got {type(value).__name__}."
+        isinstance(value, int | float) and not isinstance(value, bool),
+        f"{what} should be a Python float, got {type(value).__name__}.",
     )
     return float(value)
-
-
-def _expect_metrics(result: Any, expected: dict[str, float], what: str) -> None:
-    expect(
-        isinstance(result, dict), f"oos_metrics should return a dict, got {type(result).__name__}."
-    )
-    expect(
-        set(METRIC_KEYS) <= set(result),
-        f"the dict returned for {what} lacks {sorted(set(METRIC_KEYS) - set(result))}.",
-        hint=f"Return a dict with the keys {', '.join(METRIC_KEYS)}.",
-    )
-    hints = {
-        "in_scope_accuracy": "Count only rows whose *target* is in scope; an in-scope row "
-        "predicted as out of scope is a mistake, and out-of-scope rows play no part.",
-        "oos_recall": "Recall: of the rows whose *target* is out of scope, the fraction "
-        "predicted out of scope.",
-        "oos_precision": "Precision: of the rows *predicted* out of scope, the fraction that "
-        "really are (0.0 when nothing is predicted out of scope).",
-    }
-    for key in METRIC_KEYS:
-        got = _as_float(result[key], f"{key} for {what}")
-        expect(math.isfinite(got), f"{key} for {what} is {got}.", hints[key])
-        expect(
-            0.0 <= got <= 1.0,
-            f"{key} for {what} is {got:g}: expected a fraction between 0 and 1.",
-            hint="Return fractions, not percentages.",
-        )
-        expect(
-            abs(got - expected[key]) < 1e-6,
-            f"{key} for {what}: got {got:.4f}, expected {expected[key]:.4f}.",
-            hints[key],
-        )
 
 
 @exercise_check(
     "Exercise 8.3",
     "out-of-scope metrics",
-    hint="in_scope = target != oos_id; flagged = pred == oos_id; accuracy over the in-scope "
-    "rows, recall over the out-of-scope rows, precision over the flagged rows.",
+    hint="Each figure is a fraction over its own set of rows: in-scope accuracy over the rows "
+    "whose true label is in scope, recall over the rows whose true label is out of scope, "
+    "precision over the rows flagged out of scope.",
 )
-def oos_metrics(student_fn: Callable[..., dict]) -> None:
-    """A hand-checked example, the nothing-flagged case and a random case."""
-    oos = 9
-    target = torch.tensor([0, 1, 2, oos, oos, 1, oos])
-    pred = torch.tensor([0, oos, 2, oos, 1, 1, 2])
-    # in-scope accuracy 3/4, recall 1/3, precision 1/2 (see the notebook for the reading)
-    _expect_metrics(
-        student_fn(pred, target, oos),
-        _reference_metrics(pred, target, oos),
-        "a 7-row example (in-scope accuracy 0.75, recall 0.333, precision 0.5)",
-    )
-
-    none_flagged = torch.tensor([0, 1, 2, 4, 1, 1, 2])
-    _expect_metrics(
-        student_fn(none_flagged, target, oos),
-        _reference_metrics(none_flagged, target, oos),
-        "predictions that flag nothing (precision 0.0 by convention)",
-    )
-
-    generator = torch.Generator().manual_seed(83)
-    target = torch.randint(0, 6, (300,), generator=generator)  # 5 is "oos" here
-    pred = torch.where(
-        torch.rand(300, generator=generator) < 0.7,
-        target,
-        torch.randint(0, 6, (300,), generator=generator),
-    )
-    _expect_metrics(
-        student_fn(pred, target, 5),
-        _reference_metrics(pred, target, 5),
-        "300 random rows with oos_id=5",
-    )
+def oos_metrics(student_metrics: Callable[..., dict]) -> None:
+    """Hand-checked and random cases against sklearn.metrics."""
+    for case in _metrics_cases():
+        result = call(
+            case.what,
+            _as_data(student_metrics),
+            case.pred,
+            case.target,
+            case.oos_id,
+            names=("pred", "target", "oos_id"),
+        )
+        result = _value(result, "oos_metrics", "a dict")
+        expect(
+            isinstance(result, dict),
+            f"oos_metrics should return a dict, got {type(result).__name__}.",
+        )
+        missing = sorted(set(METRIC_KEYS) - set(result))
+        expect(
+            not missing,
+            f"the dict returned for {case.what} lacks {missing}.",
+            f"The exercise asks for the keys {', '.join(METRIC_KEYS)}.",
+        )
+        for key in METRIC_KEYS:
+            got = _number(result[key], f"{key} for {case.what}")
+            expect(math.isfinite(got), f"{key} for {case.what} is {got}.", METRIC_HINTS[key])
+            expect(
+                0.0 <= got <= 1.0,
+                f"{key} for {case.what} is {got:g}: the exercise asks for a fraction between "
+                "0 and 1.",
+            )
+            expect(
+                abs(got - case.expected[key]) < 1e-6,
+                f"{key} for {case.what}: got {got:.4f}, expected {case.expected[key]:.4f}.",
+                METRIC_HINTS[key],
+            )
 
 
 # ----------------------------------------------------------------------------------------
 # Exercise 8.4: choosing the threshold on the validation split
 # ----------------------------------------------------------------------------------------
 
-CLASSES = 4  # in-scope classes of the synthetic validation sets; their oos_id is 4
+
+class ValidationSet(NamedTuple):
+    """Logits (N, 4) and targets (N,) (4 = out of scope), built from each row's confidence and
+    whether its label is right, so the in-scope accuracy at any threshold is a count."""
+
+    logits: torch.Tensor
+    target: torch.Tensor
+    confidence: torch.Tensor  # the largest softmax probability of each row
+    right: torch.Tensor  # the predicted label is the target (in-scope rows only)
+
+    def accuracy_rows(self, threshold: float) -> int:
+        """In-scope rows still right at ``threshold``: right and not flagged."""
+        return int((self.right & (self.confidence >= threshold)).sum())
+
+    def expected(self, max_drop: float, candidates: list[float]) -> float:
+        """The rule of the exercise, on counts: the largest candidate whose in-scope accuracy is
+        at least the no-threshold one minus ``max_drop``."""
+        n_in = int((self.target != CLASSES).sum())
+        floor = self.accuracy_rows(0.0) - max_drop * n_in
+        return max(t for t in candidates if self.accuracy_rows(t) >= floor - 1e-9)
 
 
-def _logits_for(
-    confidence: torch.Tensor, label: torch.Tensor, offset: torch.Tensor
-) -> torch.Tensor:
-    """Logits whose softmax gives ``confidence`` to ``label`` (the rest shared), plus an offset."""
-    rest = (1 - confidence) / (CLASSES - 1)
-    probs = rest.unsqueeze(1).repeat(1, CLASSES)
-    probs[torch.arange(len(label)), label] = confidence
-    return (probs.log() + offset.unsqueeze(1)).float()
+def _validation_set(
+    confidence: torch.Tensor, label: torch.Tensor, target: torch.Tensor, g: torch.Generator
+) -> ValidationSet:
+    offset = torch.rand(len(target), generator=g, dtype=F64) * 6 + 2
+    logits = _logits_with(confidence, label, CLASSES, g, offset)
+    right = (label == target) & (target != CLASSES)
+    return ValidationSet(logits, target, confidence.double(), right)
 
 
-def threshold_case(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A synthetic validation set: (logits (N, 4), targets (N,)), ``4`` meaning out of scope.
-
-    In-scope rows are mostly confident and right; wrong ones and out-of-scope rows are less
-    confident, as with a real classifier. The confidences avoid the 0.01 grid, and logits
-    carry offsets in [2, 8] so a threshold on logits behaves very differently.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    n_in, n_oos = 310, 62  # 3% of 310 is 9.3 rows: no accuracy ties at the budget
-    target = torch.randint(0, CLASSES, (n_in,), generator=generator)
-    right = torch.rand(n_in, generator=generator) < 0.9
-    wrong_label = (target + torch.randint(1, CLASSES, (n_in,), generator=generator)) % CLASSES
-    label = torch.where(right, target, wrong_label)
-    confidence_in = torch.where(
-        right,
-        0.97 - 0.6 * torch.rand(n_in, generator=generator) ** 2,
-        0.30 + 0.45 * torch.rand(n_in, generator=generator),
+def _random_validation(offset: int) -> ValidationSet:
+    """In-scope rows mostly confident and right; wrong and out-of-scope rows less confident.
+    310 in-scope rows: 3% and 8% of 310 are 9.3 and 24.8 rows, so no accuracy sits on the
+    budget's edge; confidences lie halfway between multiples of 0.01."""
+    g = generator(offset)
+    n_in, n_oos = 310, 62
+    target = torch.randint(0, CLASSES, (n_in,), generator=g)
+    right = torch.rand(n_in, generator=g) < 0.9
+    wrong_label = (target + torch.randint(1, CLASSES, (n_in,), generator=g)) % CLASSES
+    label = torch.cat(
+        [torch.where(right, target, wrong_label), torch.randint(0, CLASSES, (n_oos,), generator=g)]
     )
-    oos_label = torch.randint(0, CLASSES, (n_oos,), generator=generator)
-    confidence_oos = 0.27 + 0.6 * torch.rand(n_oos, generator=generator) ** 1.5
-    confidence = torch.cat([confidence_in, confidence_oos]).double()
-    confidence = torch.floor(confidence * 100) / 100 + 0.005  # halfway between grid points
-    offset = torch.rand(n_in + n_oos, generator=generator, dtype=torch.float64) * 6 + 2
-    logits = _logits_for(confidence, torch.cat([label, oos_label]), offset)
-    targets = torch.cat([target, torch.full((n_oos,), CLASSES)])
-    return logits, targets
+    confident = 0.97 - 0.6 * torch.rand(n_in, generator=g) ** 2
+    unsure = 0.35 + 0.4 * torch.rand(n_in, generator=g)
+    confidence = torch.cat(
+        [torch.where(right, confident, unsure), 0.35 + 0.55 * torch.rand(n_oos, generator=g) ** 1.5]
+    )
+    confidence = torch.floor(confidence.double() * 100) / 100 + 0.005
+    target = torch.cat([target, torch.full((n_oos,), CLASSES)])
+    return _validation_set(confidence, label, target, g)
 
 
-def rule_case() -> tuple[torch.Tensor, torch.Tensor]:
-    """A validation set on which the usual misreadings of the budget give different answers.
+def _rule_validation() -> ValidationSet:
+    """128 in-scope rows, 64 right (accuracy 0.5 without threshold), and 20 out of scope.
 
-    128 in-scope rows, 64 of them right (accuracy 0.5 without threshold), and 20 out of scope.
-    With max_drop = 0.0625 (8 rows of 128: all values exact in binary) and the candidates
-    1.0, 0.9, ..., 0.0 the in-scope accuracy at thresholds 0.5, 0.6, 0.7, 0.8 is 61, 58, 56, 54
-    rows of 128: "at least acc0 - max_drop" (56 rows) picks 0.7, a strict ">" 0.6, a relative
-    floor acc0 * (1 - max_drop) (60 rows) 0.5, and a scan of the given (descending) candidates
-    that stops at the first one over budget picks none of them.
+    With max_drop = 0.0625 (8 rows of 128, exact in binary) and the candidates 1.0, 0.9, ...,
+    0.0, the in-scope accuracy at 0.5, 0.6, 0.7, 0.8 is 61, 58, 56, 54 rows of 128: "at least
+    acc0 - max_drop" (56 rows) picks 0.7, a strict ">" 0.6, a relative floor
+    acc0 * (1 - max_drop) (60 rows) 0.5, and a scan of the (descending) candidates that stops
+    at the first one over budget picks none of them.
     """
     right = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 54
-    confidence = torch.tensor(right + [0.95] * 64 + [0.35] * 20, dtype=torch.float64)
+    confidence = torch.tensor(right + [0.95] * 64 + [0.35] * 20, dtype=F64)
     target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
     label = torch.cat([target[:64], (target[64:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
-    offset = torch.linspace(2.0, 8.0, len(target), dtype=torch.float64)
-    return _logits_for(confidence, label, offset), target
+    return _validation_set(confidence, label, target, torch.Generator().manual_seed(84))
 
 
+def _all_in_budget_validation() -> ValidationSet:
+    """In-scope accuracy 2/128 without threshold: within max_drop=0.03 of it, every threshold
+    is allowed, so the default candidates must reach 1.00."""
+    confidence = torch.full((148,), 0.95, dtype=F64)
+    target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
+    label = torch.cat([target[:2], (target[2:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
+    return _validation_set(confidence, label, target, torch.Generator().manual_seed(85))
+
+
+DEFAULT_CANDIDATES = [i / 100 for i in range(101)]
+GRID_005 = [i / 20 for i in range(21)]
 RULE_CANDIDATES = [i / 10 for i in range(10, -1, -1)]  # 1.0, 0.9, ..., 0.0: not ascending
 RULE_MAX_DROP = 0.0625
-RULE_MISTAKES = {
-    0.6: "you kept only candidates strictly above acc0 - max_drop; the budget allows an "
-    "accuracy of *at least* acc0 - max_drop (use >=)",
-    0.5: "you applied max_drop as a relative drop, acc0 * (1 - max_drop); the budget is in "
-    "absolute points: acc0 - max_drop",
-    0.0: "you stopped at the first candidate over budget; the candidates need not be in "
-    "ascending order: keep the largest candidate that meets the budget",
+RULE_MISTAKES = {  # answers that follow another rule than the exercise's, on the rule set
+    0.6: "the budget allows an accuracy of *at least* acc0 - max_drop: a candidate exactly on "
+    "the floor is allowed",
+    0.5: "the budget is in absolute points, acc0 - max_drop, not a relative drop",
+    0.0: "the rule asks for the largest candidate within budget, whatever the order of "
+    "`candidates`",
 }
 
 
-def all_in_budget_case() -> tuple[torch.Tensor, torch.Tensor]:
-    """In-scope accuracy 2/128 without threshold: within max_drop=0.03 of it, every threshold
-    is allowed, so the default candidates must reach 1.00."""
-    confidence = torch.tensor([0.95] * 148, dtype=torch.float64)
-    target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
-    label = torch.cat([target[:2], (target[2:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
-    offset = torch.linspace(2.0, 8.0, len(target), dtype=torch.float64)
-    return _logits_for(confidence, label, offset), target
+class ChooseCase(NamedTuple):
+    what: str
+    data: ValidationSet
+    max_drop: float | None  # None: the default
+    candidates: list[float] | None  # None: the default
+    expected: float
+    mistakes: dict[float, str] | None = None
 
 
-def reference_choose_threshold(
-    val_logits: torch.Tensor,
-    val_target: torch.Tensor,
-    oos_id: int,
-    max_drop: float = 0.03,
-    candidates: Sequence[float] | None = None,
-) -> float:
-    """The largest candidate whose in-scope accuracy is >= the no-threshold one - max_drop."""
-    grid = [i / 100 for i in range(101)] if candidates is None else [float(c) for c in candidates]
-
-    def accuracy(threshold: float) -> float:
-        pred = _reference_threshold(val_logits, threshold, oos_id)
-        return _reference_metrics(pred, val_target, oos_id)["in_scope_accuracy"]
-
-    floor = accuracy(0.0) - max_drop
-    return max((t for t in grid if accuracy(t) >= floor), default=0.0)
+def _choose_cases() -> list[ChooseCase]:
+    first, second = _random_validation(840), _random_validation(841)
+    rule, everything = _rule_validation(), _all_in_budget_validation()
+    third = _random_validation(842)
+    cases = [
+        ChooseCase(
+            f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
+            data,
+            drop,
+            GRID_005,
+            data.expected(drop, GRID_005),
+        )
+        for name, data in (("set A", first), ("set B", second))
+        for drop in (0.03, 0.08)
+    ]
+    cases += [
+        ChooseCase(
+            f"a validation set with in-scope accuracy 0.5 without threshold, max_drop="
+            f"{RULE_MAX_DROP}, candidates 1.0, 0.9, ..., 0.0 (accuracy exactly 0.5 - "
+            f"{RULE_MAX_DROP} at the answer)",
+            rule,
+            RULE_MAX_DROP,
+            RULE_CANDIDATES,
+            rule.expected(RULE_MAX_DROP, RULE_CANDIDATES),
+            RULE_MISTAKES,
+        ),
+        ChooseCase(
+            "a validation set where every threshold stays within max_drop (in-scope accuracy "
+            "2/128 to begin with), default max_drop and candidates",
+            everything,
+            None,
+            None,
+            1.0,
+        ),
+        ChooseCase(
+            "a synthetic validation set (set C), default max_drop (0.03) and candidates "
+            "(0.00, 0.01, ..., 1.00)",
+            third,
+            None,
+            None,
+            third.expected(0.03, DEFAULT_CANDIDATES),
+        ),
+        ChooseCase(
+            "set A with max_drop=0.0 (no drop at all allowed)",
+            first,
+            0.0,
+            GRID_005,
+            first.expected(0.0, GRID_005),
+        ),
+    ]
+    return cases
 
 
 @exercise_check(
     "Exercise 8.4",
     "threshold chosen on validation",
-    hint="Accuracy without threshold = your in-scope accuracy at threshold 0; then keep the "
-    "largest candidate whose in-scope accuracy is at least that minus max_drop. Use only the "
-    "arguments (the validation split), never the test split.",
+    hint="The rule in the exercise: the in-scope accuracy without threshold, minus max_drop, "
+    "is the floor; the answer is the largest candidate whose in-scope accuracy reaches it, "
+    "measured on the validation data you are given.",
 )
-def choose_threshold(student_fn: Callable[..., Any]) -> None:
-    """Two synthetic validation sets, two budgets, explicit and default grids."""
-    grid = [i / 20 for i in range(21)]  # 0.00, 0.05, ..., 1.00
-    for seed in (0, 1):
-        logits, target = threshold_case(seed)
-        for max_drop in (0.03, 0.08):
-            expected = reference_choose_threshold(logits, target, CLASSES, max_drop, grid)
-            got = _as_float(
-                student_fn(logits, target, CLASSES, max_drop=max_drop, candidates=grid),
-                "the chosen threshold",
-            )
-            expect(
-                abs(got - expected) < 1e-6,
-                f"on a synthetic validation set (seed {seed}, max_drop={max_drop}, candidates "
-                f"0, 0.05, ..., 1) you chose {got:.3f}, expected {expected:.2f}.",
-                hint="Use the validation logits and labels you are given (never the test "
-                "split); threshold the softmax probabilities; measure the in-scope accuracy "
-                "on in-scope rows only, relative to its value with no threshold; keep the "
-                "largest candidate within `max_drop` (a fraction: 0.03 = 3 points).",
-            )
-    logits, target = rule_case()
-    expected = reference_choose_threshold(logits, target, CLASSES, RULE_MAX_DROP, RULE_CANDIDATES)
-    got = _as_float(
-        student_fn(logits, target, CLASSES, max_drop=RULE_MAX_DROP, candidates=RULE_CANDIDATES),
-        "the chosen threshold",
-    )
-    if abs(got - expected) > 1e-6:
-        mistake = next(
-            (text for value, text in RULE_MISTAKES.items() if abs(got - value) < 1e-6),
-            "keep the largest candidate whose in-scope accuracy is at least acc0 - max_drop",
+def choose_threshold(student_choose: Callable[..., Any]) -> None:
+    """Synthetic validation sets with known answers, budgets, explicit and default grids."""
+    for case in _choose_cases():
+        options: dict[str, Any] = {}
+        if case.max_drop is not None:
+            options["max_drop"] = case.max_drop
+        if case.candidates is not None:
+            options["candidates"] = list(case.candidates)
+        result = call(
+            case.what,
+            _as_data(student_choose),
+            case.data.logits,
+            case.data.target,
+            CLASSES,
+            names=("val_logits", "val_target", "oos_id"),
+            **options,
         )
-        expect(
-            False,
-            f"on a validation set with in-scope accuracy 0.5 without threshold, max_drop="
-            f"{RULE_MAX_DROP} and candidates 1.0, 0.9, ..., 0.0, you chose {got:.2f}, expected "
-            f"{expected:.2f} (accuracy exactly 0.5 - {RULE_MAX_DROP}): {mistake}.",
+        got = _number(_value(result, "choose_threshold", "a float"), "the chosen threshold")
+        if abs(got - case.expected) < 1e-6:
+            continue
+        reason = next(
+            (text for value, text in (case.mistakes or {}).items() if abs(got - value) < 1e-6),
+            None,
         )
-    logits, target = all_in_budget_case()
-    got = _as_float(student_fn(logits, target, CLASSES), "the chosen threshold")
-    expect(
-        abs(got - 1.0) < 1e-6,
-        f"on a validation set where every threshold stays within max_drop=0.03 (in-scope "
-        f"accuracy 2/128 to begin with), the default candidates gave {got:.2f}, expected 1.00"
-        + (": your default candidates stop before 1.00." if got >= 0.98 else "."),
-        "With candidates=None, try 0.00, 0.01, ..., 1.00, both ends included "
-        "([i / 100 for i in range(101)] or torch.linspace(0, 1, 101)).",
-    )
-    logits, target = threshold_case(2)
-    expected = reference_choose_threshold(logits, target, CLASSES, 0.03)
-    got = _as_float(student_fn(logits, target, CLASSES), "the chosen threshold")
-    expect_equal(
-        round(got, 6),
-        round(expected, 6),
-        "the threshold chosen with the default candidates (0.00, 0.01, ..., 1.00) and "
-        "max_drop=0.03",
-        hint="With candidates=None, try 0.00, 0.01, ..., 1.00 (e.g. torch.linspace(0, 1, 101)).",
-    )
+        if reason is None and case.candidates is None and case.expected == 1.0 and got >= 0.98:
+            reason = "the default candidates go from 0.00 to 1.00, both ends included"
+        n_in = int((case.data.target != CLASSES).sum())
+        accuracy = case.data.accuracy_rows(got) / n_in if 0 <= got <= 1 else float("nan")
+        raise CheckFailure(
+            f"on {case.what} you chose {got:.3f}, expected {case.expected:.2f} (in-scope "
+            f"accuracy without threshold {case.data.accuracy_rows(0.0) / n_in:.4f}; at your "
+            f"threshold {accuracy:.4f}; at the expected one "
+            f"{case.data.accuracy_rows(case.expected) / n_in:.4f})"
+            + (f": {reason}." if reason else "."),
+            "Use only the validation logits and labels you are given; threshold the softmax "
+            "probabilities; measure the in-scope accuracy on in-scope rows only; keep the "
+            "largest candidate within `max_drop` of the accuracy without threshold.",
+        )
 
 
 # ----------------------------------------------------------------------------------------
 # Exercises 8.6 and 8.7: Mahalanobis distance to the intent means
 # ----------------------------------------------------------------------------------------
-#
-# ``fit_gaussians``: two synthetic training sets (a function that reads other data than it
-# is given, e.g. the validation or test vectors, cannot match both), with unequal class
-# sizes and unequal class covariances, so that per-class covariances (or their average),
-# the covariance around the overall mean, a covariance not inverted and the N - 1 divisor
-# all give other numbers; the inputs must stay unchanged.
-# ``mahalanobis_scores``: compared with a per-row loop of the definition, the smallest
-# *squared* distance: a square root, the Euclidean distance (precision ignored), the
-# precision inverted once more, the distance to the overall mean, the largest or the average
-# distance over the classes all give other numbers.
 
 GAUSSIAN_SIZES = (30, 70, 45, 120)  # unequal on purpose: per-class averages differ from pooling
 
 
-def gaussian_case(seed: int, dim: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
-    """Synthetic sentence vectors (N, dim) float64 and their class labels (N,), classes
-    0..3 of unequal sizes, each with its own mean and its own covariance, rows shuffled."""
-    generator = torch.Generator().manual_seed(seed)
+def _gaussian_set(
+    offset: int, sizes: tuple[int, ...] = GAUSSIAN_SIZES, dim: int = 5
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic sentence vectors (N, dim) float64 and their labels (N,): classes of unequal
+    sizes, each with its own mean and its own covariance, rows shuffled."""
+    g = generator(offset)
     rows, labels = [], []
-    for c, size in enumerate(GAUSSIAN_SIZES):
-        mean = torch.randn(dim, generator=generator, dtype=torch.float64) * 4
-        mix = torch.randn(dim, dim, generator=generator, dtype=torch.float64) * (0.4 + 0.5 * c)
-        rows.append(mean + torch.randn(size, dim, generator=generator, dtype=torch.float64) @ mix)
+    for c, size in enumerate(sizes):
+        mean = torch.randn(dim, generator=g, dtype=F64) * 4
+        mix = torch.randn(dim, dim, generator=g, dtype=F64) * (0.4 + 0.5 * c)
+        rows.append(mean + torch.randn(size, dim, generator=g, dtype=F64) @ mix)
         labels.append(torch.full((size,), c))
-    order = torch.randperm(sum(GAUSSIAN_SIZES), generator=generator)
+    order = torch.randperm(sum(sizes), generator=g)
     return torch.cat(rows)[order], torch.cat(labels)[order]
 
 
-def reference_fit_gaussians(features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Class means (C, D) and the inverse (D, D) of the shared covariance: the average over
-    all N rows of (x - mean of its class)(x - mean of its class)^T (divided by N)."""
-    x = features.double()
-    means = torch.stack([x[labels == c].mean(dim=0) for c in range(int(labels.max()) + 1)])
-    centred = x - means[labels]
-    return means, torch.linalg.inv(centred.T @ centred / len(x))
+class GaussianCase(NamedTuple):
+    what: str
+    features: torch.Tensor
+    labels: torch.Tensor
+    means: torch.Tensor
+    precision: torch.Tensor
+    rtol: float
 
 
-def reference_mahalanobis_scores(
-    features: torch.Tensor, means: torch.Tensor, precision: torch.Tensor
-) -> torch.Tensor:
-    """Smallest squared Mahalanobis distance of each row to the means, written as a loop."""
-    scores = []
-    for x in features.double():
-        scores.append(min(float((x - m) @ precision.double() @ (x - m)) for m in means.double()))
-    return torch.tensor(scores, dtype=torch.float64)
+def _gaussian_cases() -> list[GaussianCase]:
+    raw = [
+        (
+            "synthetic set A (4 classes of sizes 30, 70, 45, 120; 5 dimensions)",
+            *_gaussian_set(860),
+            1e-6,
+        ),
+        (
+            "synthetic set B (4 classes of sizes 30, 70, 45, 120; 5 dimensions)",
+            *_gaussian_set(861),
+            1e-6,
+        ),
+        (
+            "synthetic set C (3 classes of sizes 12, 40, 25; 3 dimensions)",
+            *_gaussian_set(862, (12, 40, 25), 3),
+            1e-6,
+        ),
+        ("a single class (20 rows, 4 dimensions)", *_gaussian_set(863, (20,), 4), 1e-6),
+    ]
+    features, labels = _gaussian_set(864, (40, 60), 3)
+    raw.append(("float32 vectors (2 classes, 3 dimensions)", features.float(), labels, 1e-3))
+    from sklearn.covariance import EmpiricalCovariance
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
-
-def _as_tensor(value: Any, what: str) -> torch.Tensor:
-    """A tensor (float64) from a tensor or a NumPy array, with a clear failure otherwise."""
-    try:
-        return torch.as_tensor(value).double()
-    except (TypeError, ValueError, RuntimeError):
-        expect(False, f"{what} should be a tensor or a NumPy array, got {type(value).__name__}.")
-        raise  # not reached: expect(False, ...) raises
+    cases = []
+    for what, features, labels, rtol in raw:
+        # scikit-learn's linear discriminant analysis pools the intents' covariances weighted
+        # by their sizes (divided by N); with one intent, the empirical covariance.
+        x, y = features.double().numpy(), labels.numpy()
+        if len(np.unique(y)) == 1:
+            fitted = EmpiricalCovariance().fit(x)
+            means, covariance = fitted.location_[None], fitted.covariance_
+        else:
+            lda = LinearDiscriminantAnalysis(solver="lsqr", store_covariance=True).fit(x, y)
+            means, covariance = lda.means_, lda.covariance_
+        precision = torch.as_tensor(np.linalg.inv(covariance))
+        cases.append(GaussianCase(what, features, labels, torch.as_tensor(means), precision, rtol))
+    return cases
 
 
 @exercise_check(
     "Exercise 8.6",
     "intent means and shared covariance",
-    hint="Means: the average vector of each class. Covariance: subtract from every row the "
-    "mean of its own class, then average the outer products over all rows (divide by N, as "
-    "sklearn.covariance.EmpiricalCovariance(assume_centered=True) does); return its inverse.",
+    hint="One covariance for all intents: every row centred on the mean of its own intent, the "
+    "outer products averaged over all N rows (divided by N); precision is its inverse. Use "
+    "only the vectors you are given.",
 )
-def fit_gaussians(student_fn: Callable[..., Any]) -> None:
-    """Two synthetic training sets; means and precision compared with the reference."""
-    for seed in (0, 1):
-        features, labels = gaussian_case(seed)
-        before = (features.clone(), labels.clone())
-        result = student_fn(features, labels)
+def fit_gaussians(student_fit: Callable[..., Any]) -> None:
+    """Synthetic training sets; means and precision compared with scikit-learn's."""
+    for case in _gaussian_cases():
+        result = call(
+            case.what,
+            _as_data(student_fit),
+            case.features,
+            case.labels,
+            names=("features", "labels"),
+        )
+        result = _value(result, "fit_gaussians", "a pair (means, precision) of tensors or arrays")
         expect(
             isinstance(result, tuple | list) and len(result) == 2,
             f"fit_gaussians should return a pair (means, precision), got {type(result).__name__}.",
         )
-        means, precision = (_as_tensor(r, name) for r, name in zip(result, ("means", "precision"), strict=True))
-        expected_means, expected_precision = reference_fit_gaussians(features, labels)
-        expect(
-            torch.equal(features, before[0]) and torch.equal(labels, before[1]),
-            "fit_gaussians modified its inputs.",
+        means = _tensor(result[0], "the means", "a tensor or an array").double()
+        precision = _tensor(result[1], "the precision", "a tensor or an array").double()
+        c, d = case.means.shape
+        expect_shape(
+            means,
+            (c, d),
+            f"the means for {case.what}",
+            "One mean per intent (0 .. labels.max()), each of dimension D: (C, D).",
         )
-        expect_shape(means, tuple(expected_means.shape), f"the means (synthetic set {seed}: 4 classes, 5 dims)")
-        expect_close(means, expected_means, f"the class means (synthetic set {seed})", atol=1e-6, rtol=1e-6,
-                     hint="One mean per class (0 .. labels.max()), over the rows of that class, "
-                     "from the features you are given (the training vectors).")
-        expect_shape(precision, tuple(expected_precision.shape),
-                     f"the precision matrix (synthetic set {seed}): ONE shared (D, D) matrix",
-                     hint="Pool all classes into one covariance (each row minus its own class "
-                     "mean), not one covariance per class.")
+        scale = float(case.means.abs().max())
+        expect_close(
+            means,
+            case.means,
+            f"the intent means for {case.what}",
+            "The average vector of each intent, over that intent's rows.",
+            atol=case.rtol * scale,
+            rtol=case.rtol,
+        )
+        expect_shape(
+            precision,
+            (d, d),
+            f"the precision matrix for {case.what}",
+            "ONE matrix shared by all intents: (D, D).",
+        )
+        scale = float(case.precision.abs().max())
         expect_close(
             precision,
-            expected_precision,
-            f"the precision matrix (synthetic set {seed}, classes of sizes {GAUSSIAN_SIZES})",
-            atol=1e-6,
-            rtol=1e-5,
-            hint="The inverse of ONE covariance shared by all classes: the average over all N "
-            "rows of (x - its class mean)(x - its class mean)^T, divided by N (not N - 1, not "
-            "an average of per-class covariances, not around the overall mean). Use only the "
-            "training vectors you are given.",
+            case.precision,
+            f"the precision matrix for {case.what}",
+            "The inverse of ONE covariance shared by all intents: the outer products of the "
+            "rows centred on their own intent's mean, averaged over all N rows.",
+            atol=case.rtol * scale,
+            rtol=case.rtol,
         )
+
+
+class ScoreCase(NamedTuple):
+    what: str
+    features: torch.Tensor
+    means: torch.Tensor
+    precision: torch.Tensor
+    expected: torch.Tensor
+    term: str = ""  # the one term of the expanded square this case exercises
+
+
+def _score_cases() -> list[ScoreCase]:
+    g = generator(870)
+    dim = 5
+    means = torch.randn(4, dim, generator=g, dtype=F64) * 4
+    mix = torch.randn(dim, dim, generator=g, dtype=F64)
+    precision = mix @ mix.T + 0.5 * torch.eye(dim, dtype=F64)  # symmetric positive definite
+    features = means[torch.arange(10) % 4] + torch.randn(10, dim, generator=g, dtype=F64)
+    far = torch.randn(40, dim, generator=g, dtype=F64) * 6
+    queries = torch.cat([far, features])  # far points and points near a mean
+    zero_means = torch.zeros(3, dim, dtype=F64)
+    raw = [
+        (
+            "rows scored against means all at zero (only the term h^T P h is left)",
+            far[:6],
+            zero_means,
+            precision,
+            "h^T P h",
+        ),
+        (
+            "rows at zero (only the term mu^T P mu is left)",
+            torch.zeros(4, dim, dtype=F64),
+            means,
+            precision,
+            "mu^T P mu",
+        ),
+        (
+            "50 rows against 4 means and a precision matrix",
+            queries,
+            means,
+            precision,
+            "",
+        ),
+        ("a single class (means of shape (1, D))", queries[:7], means[2:3], precision, ""),
+        (
+            "a batch of one row, float32 inputs",
+            queries[:1].float(),
+            means.float(),
+            precision.float(),
+            "",
+        ),
+    ]
+    from scipy.spatial.distance import cdist
+
+    cases = []
+    for what, x, m, p, term in raw:
+        # scipy's Mahalanobis distance (with VI, the inverse covariance), squared.
+        d = cdist(x.double().numpy(), m.double().numpy(), "mahalanobis", VI=p.double().numpy())
+        cases.append(ScoreCase(what, x, m, p, torch.as_tensor(d**2).amin(dim=1), term))
+    return cases
 
 
 @exercise_check(
     "Exercise 8.7",
     "Mahalanobis scores",
-    hint="For every row x and every class mean m: (x - m) @ precision @ (x - m), the squared "
-    "distance (no square root); then the minimum over the classes.",
+    hint="The score of a row h is the smallest over the classes of (h - mu)^T P (h - mu), P "
+    "used as given and no square root. If you expanded the square, check each of its three "
+    "terms against the direct formula on a few rows.",
 )
-def mahalanobis_scores(student_fn: Callable[..., Any]) -> None:
-    """Random rows against the means and precision of a synthetic set; a batch of one."""
-    features, labels = gaussian_case(2)
-    means, precision = reference_fit_gaussians(features, labels)
-    generator = torch.Generator().manual_seed(3)
-    queries = torch.randn(40, features.shape[1], generator=generator, dtype=torch.float64) * 6
-    queries = torch.cat([queries, features[:10]])  # far points and training points
-    inputs = (queries.clone(), means.clone(), precision.clone())
-    got = _as_tensor(student_fn(queries, means, precision), "the scores")
-    expect(
-        all(torch.equal(a, b) for a, b in zip(inputs, (queries, means, precision), strict=True)),
-        "mahalanobis_scores modified its inputs.",
+def mahalanobis_scores(student_scores: Callable[..., Any]) -> None:
+    """Cases that isolate each term of the expanded square, then general, one-class, float32."""
+    terms_right = []
+    for case in _score_cases():
+        result = call(
+            case.what,
+            _as_data(student_scores),
+            case.features,
+            case.means,
+            case.precision,
+            names=("features", "means", "precision"),
+        )
+        got = _tensor(
+            _value(result, "mahalanobis_scores", "a tensor"), "mahalanobis_scores", "a tensor (N,)"
+        ).double()
+        expect_shape(
+            got,
+            case.expected.shape,
+            f"the scores for {case.what}",
+            "One number per row: the smallest over the classes, shape (N,).",
+        )
+        # Float32 arithmetic on an expanded square loses digits to cancellation: the tolerance
+        # follows the size of its terms.
+        single = case.features.dtype == torch.float32
+        terms = float(
+            (case.features.double() @ case.precision.double())
+            .mul(case.features.double())
+            .sum(-1)
+            .max()
+            + case.expected.max()
+        )
+        tolerance = (
+            {"rtol": 1e-3, "atol": 1e-4 * terms} if single else {"rtol": 1e-6, "atol": 1e-9 * terms}
+        )
+        close = torch.allclose(got, case.expected, **tolerance)
+        if not close and not case.term and len(terms_right) == 2:
+            raise CheckFailure(
+                f"the scores for {case.what} differ from the smallest squared Mahalanobis "
+                f"distance, although they are right when the means are zero (h^T P h) and when "
+                "the rows are zero (mu^T P mu). The property violated: your score equals "
+                "(h - mu)^T P (h - mu) for every row and mean; a likely cause is the expansion "
+                "of the squared distance, whose cross term (between h and mu) is off.",
+                "Expand (h - mu)^T P (h - mu) again by hand, term by term, and compare each "
+                "term with your code on one row and one mean.",
+            )
+        expect_close(
+            got,
+            case.expected,
+            f"the scores for {case.what}",
+            "The smallest squared distance to any class mean, with the precision "
+            "matrix as given: no square root, no inversion, no averaging over classes."
+            + (
+                f" Only the term {case.term} of the expanded square matters here."
+                if case.term
+                else ""
+            ),
+            **tolerance,
+        )
+        if case.term:
+            terms_right.append(case.term)
+    case = _score_cases()[2]
+    _expect_device(
+        student_scores, "mahalanobis_scores", case.features[:5], case.means, case.precision
     )
-    expected = reference_mahalanobis_scores(queries, means, precision)
-    expect_shape(got, (len(queries),), "the scores: one number per row (the smallest over the classes)")
-    expect_close(
-        got,
-        expected,
-        "the smallest squared Mahalanobis distance of each row",
-        atol=1e-6,
-        rtol=1e-6,
-        hint="Use the precision matrix as it is given (it is already the inverse covariance); "
-        "distances to every class mean, not to their average; the squared distance, no "
-        "square root; the minimum over the classes.",
-    )
-    one = _as_tensor(student_fn(queries[:1].float(), means.float(), precision.float()), "the scores")
-    expect_shape(one, (1,), "the scores of a batch of one row (float32 inputs)")
-    expect_close(one, expected[:1], "the score of a batch of one row (float32 inputs)", atol=1e-2, rtol=1e-4)
