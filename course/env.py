@@ -7,6 +7,7 @@ locally, in Colab, on a laptop CPU, on Apple silicon (MPS) and on a CUDA GPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import platform
@@ -136,3 +137,14 @@ def setup(seed: int = 0, device: str | None = None, quiet: bool = False) -> torc
 def is_gpu(device: torch.device) -> bool:
     """True for CUDA and MPS devices: notebooks use it to scale their CONFIG up."""
     return device.type in ("cuda", "mps")
+
+
+def show_config(config: object, prefix: str = "") -> None:
+    """Print a notebook's CONFIG (a dataclass) as ``name = value`` lines, one per setting;
+    a nested dataclass prints its settings as ``outer.name = value``."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            show_config(value, f"{prefix}{field.name}.")
+        else:
+            print(f"{prefix}{field.name} = {value!r}")

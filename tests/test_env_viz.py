@@ -91,3 +91,20 @@ def test_both_precision_paths(native, expected, monkeypatch):
         out = layer(torch.randn(2, 4))
     assert out.dtype == (torch.bfloat16 if native else torch.float32)
     assert env.autocast_dtype(torch.device("meta")) is None  # never on another device type
+
+
+def test_show_config_prints_name_value_lines_and_nested_settings(capsys):
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        lr: float = 3e-3
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        steps: int = 800
+        name: str | None = None
+        inner: Inner = Inner()
+
+    env.show_config(dataclasses.replace(Config(), steps=10))
+    assert capsys.readouterr().out == "steps = 10\nname = None\ninner.lr = 0.003\n"
