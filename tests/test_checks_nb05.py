@@ -1,8 +1,12 @@
-"""The checks of notebook 05 pass a correct implementation and reject blank stubs and the
-typical mistakes (each wrong implementation below must be reported as "failed").
+"""The checks of notebook 05 pass correct implementations and reject blank stubs and mistakes.
 
-The correct implementations are the solution notebook's exports in course.nn; each typical
-mistake is a subclass of them (the checks themselves never use course.nn).
+The correct implementations are the solution notebook's exports in course.nn; each mistake is
+a subclass of them (the checks themselves never use course.nn). Besides the typical mistakes
+(WRONG), FAMILIES holds, for each property of issue 22 that applies to notebook 05, a wrong
+implementation that only that property catches (each was accepted by the checks before they
+were rewritten); RIGHT holds right variants (einsum, loops, float64 inside, hand-written
+LayerNorm, other mask constructions, the Annotated Transformer's greedy loop) that must pass.
+Every check call is probed and replayed (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb05 as check
@@ -262,7 +267,7 @@ class EncoderUnscaledEmbedding(Encoder):
     def forward(self, ids, mask=None):
         if mask is None:
             mask = make_padding_mask(ids, self.pad_id)
-        x = self.pos(self.embed.table(ids))
+        x = self.pos(self.embed.embedding(ids))
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)
@@ -541,7 +546,7 @@ def greedy_one_step_too_many(model, src_ids, max_new_tokens, bos_id=1, eos_id=2,
     return greedy_decode(model, src_ids, max_new_tokens + 1, bos_id, eos_id, pad_id)
 
 
-# --- the tests -----------------------------------------------------------------------------
+# --- more mistakes ---------------------------------------------------------------------------
 
 
 class EncoderOneBlockRepeated(Encoder):
@@ -559,8 +564,266 @@ def greedy_in_train_mode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
     return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
 
 
-class AnnotatedLayerNorm(nn.Module):
-    """The Annotated Transformer's norm: unbiased std, eps added to the std."""
+class TransformerDecoderOnSourceVocabulary(Transformer):
+    """The decoder built with src_vocab_size: target ids beyond it index past the table."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                 dropout=0.0, max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                         dropout, max_len, pad_id)  # fmt: skip
+        self.decoder = Decoder(src_vocab_size, d_model, num_heads, d_ff, num_layers, dropout,
+                               max_len, pad_id)  # fmt: skip
+
+
+# --- one family of issue 22 each: wrong implementations only that property catches ----------
+
+# 1. inputs untouched
+
+
+class ResidualAddsInPlace(PreNormResidual):
+    """Adds the sub-layer's output into the caller's x (x += ...)."""
+
+    def forward(self, x, sublayer):
+        x += self.dropout(sublayer(self.norm(x)))
+        return x
+
+
+# 2. device
+
+
+class DecoderCausalMaskOnTheCpu(DecoderWithTargetMask):
+    """make_causal_mask(L) without the device: works on the CPU only."""
+
+    def target_mask(self, ids):
+        return make_padding_mask(ids, self.pad_id) & make_causal_mask(ids.shape[1])
+
+
+# 3. training and eval mode: dropout wired through every constructor
+
+
+class EncoderBlocksWithoutDropout(Encoder):
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
+                 max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len,
+                         pad_id)  # fmt: skip
+        self.layers = nn.ModuleList(
+            EncoderBlock(d_model, num_heads, d_ff) for _ in range(num_layers)
+        )
+
+
+class DecoderPositionsWithoutDropout(Decoder):
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
+                 max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len,
+                         pad_id)  # fmt: skip
+        self.pos = type(self.pos)(d_model, max_len)
+
+
+class TransformerWithoutDropout(Transformer):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                 dropout=0.0, max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                         0.0, max_len, pad_id)  # fmt: skip
+
+
+# 4. gradients
+
+
+class DecoderBlockDetachedMemory(DecoderBlock):
+    """memory.detach(): the outputs are right, the encoder never learns from the decoder."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory.detach(), tgt_mask, memory_mask)
+
+
+class EncoderEmbeddingWithoutPaddingIdx(Encoder):
+    """TokenEmbedding without padding_idx: the pad row is trained."""
+
+    def __init__(self, vocab_size, d_model, *args, **kwargs):
+        super().__init__(vocab_size, d_model, *args, **kwargs)
+        self.embed = type(self.embed)(vocab_size, d_model)
+
+
+# 5. constructor arguments honoured
+
+
+class EncoderFourHeads(Encoder):
+    """num_heads hard-coded to 4 (the notebook's value)."""
+
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, dropout=0.0,
+                 max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len,
+                         pad_id)  # fmt: skip
+        self.layers = nn.ModuleList(
+            EncoderBlock(d_model, 4, d_ff, dropout) for _ in range(num_layers)
+        )
+
+
+class TransformerDecoderDefaultPad(Transformer):
+    """The decoder built without pad_id (so with the default 0)."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                 dropout=0.0, max_len=512, pad_id=0):  # fmt: skip
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, d_ff, num_layers,
+                         dropout, max_len, pad_id)  # fmt: skip
+        self.decoder = Decoder(tgt_vocab_size, d_model, num_heads, d_ff, num_layers, dropout,
+                               max_len)  # fmt: skip
+
+
+# 7. shapes
+
+
+class FeedForwardThreeAxesOnly(FeedForward):
+    """Flattens (B, L, d) by hand: any other number of leading axes fails."""
+
+    def forward(self, x):
+        batch, length, d_model = x.shape
+        h = x.reshape(batch * length, d_model)
+        return super().forward(h).reshape(batch, length, d_model)
+
+
+# 8. global state
+
+
+def greedy_switches_grad_off(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    torch.set_grad_enabled(False)
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
+
+
+# 9. behaviour the contract states
+
+
+@torch.no_grad()
+def greedy_without_memory_mask(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    memory, _ = model.encode(src_ids)
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        step = model.decode(out, memory)[:, -1].argmax(dim=-1).masked_fill(done, pad_id)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == eos_id
+        if done.all():
+            break
+    return out
+
+
+@torch.no_grad()
+def greedy_encodes_every_step(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    """Right tokens, but forward (encoder and decoder) at every step."""
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        step = model(src_ids, out)[:, -1].argmax(dim=-1).masked_fill(done, pad_id)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done |= step == eos_id
+        if done.all():
+            break
+    return out
+
+
+# (check, family, wrong implementation, a phrase the message must contain)
+FAMILIES = [
+    ("pre_norm_residual", "inputs untouched", ResidualAddsInPlace, "inputs untouched"),
+    ("decoder", "device", DecoderCausalMaskOnTheCpu, "the meta device"),
+    ("encoder", "dropout", EncoderBlocksWithoutDropout, "dropout wired through every"),
+    ("decoder", "dropout", DecoderPositionsWithoutDropout, "dropout wired through every"),
+    ("transformer", "dropout", TransformerWithoutDropout, "dropout wired through every"),
+    ("decoder_block", "gradients", DecoderBlockDetachedMemory, "no gradient reaches the encoder"),
+    ("encoder", "gradients", EncoderEmbeddingWithoutPaddingIdx, "a padding row gets no gradient"),
+    ("encoder", "constructor arguments", EncoderFourHeads, "Encoder(13, 8, 2, 12, 1"),
+    ("transformer", "constructor arguments", TransformerDecoderDefaultPad, "pad_id=2"),
+    ("feed_forward", "shapes", FeedForwardThreeAxesOnly, "input of shape (4, 16)"),
+    ("greedy_decode", "global state", greedy_switches_grad_off, "global state unchanged"),
+    ("greedy_decode", "contract", greedy_without_memory_mask, "without the memory_mask"),
+    ("greedy_decode", "contract", greedy_encodes_every_step, "source rows for a batch of 3"),
+]
+
+
+# --- right variants ------------------------------------------------------------------------
+
+
+class FeedForwardEinsum(FeedForward):
+    def forward(self, x):
+        h = torch.einsum("...d,fd->...f", x, self.linear1.weight) + self.linear1.bias
+        h = self.dropout(h.clamp(min=0))
+        return torch.einsum("...f,df->...d", h, self.linear2.weight) + self.linear2.bias
+
+
+class FeedForwardFloat64Inside(FeedForward):
+    def forward(self, x):
+        h = F.linear(x.double(), self.linear1.weight.double(), self.linear1.bias.double())
+        h = self.dropout(F.relu(h))
+        out = F.linear(h, self.linear2.weight.double(), self.linear2.bias.double())
+        return out.to(x.dtype)
+
+
+class ResidualFunctionalNorm(PreNormResidual):
+    def forward(self, x, sublayer):
+        normed = F.layer_norm(x, x.shape[-1:], self.norm.weight, self.norm.bias, self.norm.eps)
+        return x + self.dropout(sublayer(normed))
+
+
+class EncoderInlineMask(Encoder):
+    def forward(self, ids, mask=None):
+        mask = (ids != self.pad_id).unsqueeze(-2) if mask is None else mask
+        h = self.pos(self.embed(ids))
+        for block in self.layers:
+            h = block(h, mask)
+        return self.norm(h)
+
+
+class DecoderTriuMask(DecoderWithTargetMask):
+    def target_mask(self, ids):
+        length = ids.shape[1]
+        future = torch.triu(torch.ones(length, length, dtype=torch.bool, device=ids.device), 1)
+        return (ids != self.pad_id)[:, None, :] & ~future
+
+
+class TransformerWithoutDecode(Transformer):
+    def forward(self, src_ids, tgt_ids):
+        src_mask = make_padding_mask(src_ids, self.pad_id)
+        memory = self.encoder(src_ids, src_mask)
+        return self.output_projection(self.decoder(tgt_ids, memory, src_mask))
+
+
+def greedy_with_lists(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    with torch.no_grad():
+        memory, memory_mask = model.encode(src_ids)
+        rows = [[bos_id] for _ in range(src_ids.shape[0])]
+        finished = [False] * len(rows)
+        for _ in range(max_new_tokens):
+            logits = model.decode(torch.tensor(rows), memory, memory_mask=memory_mask)
+            for b, token in enumerate(logits[:, -1, :].argmax(-1).tolist()):
+                rows[b].append(pad_id if finished[b] else token)
+                finished[b] = finished[b] or token == eos_id
+            if all(finished):
+                break
+        return torch.tensor(rows, dtype=torch.long)
+
+
+def annotated_greedy(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    """The Annotated Transformer's greedy_decode (one sentence at a time, ys grown with
+    torch.cat), glued to this interface: a loop over the batch, EOS and padding added."""
+    rows = []
+    for b in range(src_ids.shape[0]):
+        memory, src_mask = model.encode(src_ids[b : b + 1])
+        ys = torch.zeros(1, 1).fill_(bos_id).type_as(src_ids)
+        for _ in range(max_new_tokens):
+            prob = model.decode(ys, memory, src_mask)[:, -1]
+            _, next_word = torch.max(prob, dim=1)
+            ys = torch.cat([ys, torch.zeros(1, 1).type_as(src_ids).fill_(next_word.item())], dim=1)
+            if next_word.item() == eos_id:
+                break
+        rows.append(ys[0])
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return out
+
+
+class ExactHandWrittenLayerNorm(nn.Module):
+    """Right, written by hand: biased variance, eps inside the square root."""
 
     def __init__(self, features, eps=1e-6):
         super().__init__()
@@ -569,39 +832,50 @@ class AnnotatedLayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
-        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
-
-
-class ExactHandWrittenLayerNorm(AnnotatedLayerNorm):
-    """Right, written by hand: biased variance, eps inside the square root."""
-
-    def forward(self, x):
         mean = x.mean(-1, keepdim=True)
         variance = x.var(-1, keepdim=True, unbiased=False)
         return self.a_2 * (x - mean) / torch.sqrt(variance + self.eps) + self.b_2
 
 
-def with_annotated_norms(cls: type, paths: tuple[str, ...], norm: type = AnnotatedLayerNorm):
+class AnnotatedLayerNorm(ExactHandWrittenLayerNorm):
+    """The Annotated Transformer's norm: unbiased std, eps added to the std (another function)."""
+
+    def forward(self, x):
+        mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+
+def with_norms(cls: type, paths: tuple[str, ...], norm: type) -> type:
     class Variant(cls):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
+        def __init__(self, d_model, *args, **kwargs):
+            super().__init__(d_model, *args, **kwargs)
             for path in paths:
                 owner, _, name = path.rpartition(".")
                 parent = self.get_submodule(owner) if owner else self
-                setattr(parent, name, norm(D_MODEL_TEST))
+                setattr(parent, name, norm(d_model))
 
     Variant.__name__ = f"{cls.__name__}With{norm.__name__}"
     return Variant
 
 
-D_MODEL_TEST = check.D_MODEL
+ENCODER_NORMS = ("attn_residual.norm", "ffn_residual.norm")
 DECODER_NORMS = ("self_attn_residual.norm", "cross_attn_residual.norm", "ffn_residual.norm")
-ResidualAnnotatedNorm = with_annotated_norms(PreNormResidual, ("norm",))
-EncoderBlockAnnotatedNorm = with_annotated_norms(
-    EncoderBlock, ("attn_residual.norm", "ffn_residual.norm")
-)
-DecoderBlockAnnotatedNorm = with_annotated_norms(DecoderBlock, DECODER_NORMS)
+
+RIGHT = [
+    ("feed_forward", FeedForwardEinsum),
+    ("feed_forward", FeedForwardFloat64Inside),
+    ("pre_norm_residual", ResidualFunctionalNorm),
+    ("encoder_block", with_norms(EncoderBlock, ENCODER_NORMS, ExactHandWrittenLayerNorm)),
+    ("decoder_block", with_norms(DecoderBlock, DECODER_NORMS, ExactHandWrittenLayerNorm)),
+    ("encoder", EncoderInlineMask),
+    ("decoder", DecoderTriuMask),
+    ("transformer", TransformerWithoutDecode),
+    ("greedy_decode", greedy_with_lists),
+    ("greedy_decode", annotated_greedy),
+]
+
+
+# --- the tests -----------------------------------------------------------------------------
 
 
 CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
@@ -628,6 +902,9 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "no residual": NoResidual,
             "no norm": NoNorm,
             "dropout on the residual path too": DropoutOnEverything,
+            "Annotated Transformer's norm": with_norms(
+                PreNormResidual, ("norm",), AnnotatedLayerNorm
+            ),
         },
     ),
     "encoder_block": (
@@ -640,6 +917,9 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "one norm shared by both sub-layers": EncoderSharedNorm,
             "no residual around the FFN": EncoderNoFFNResidual,
             "returns a tuple": EncoderReturnsTuple,
+            "Annotated Transformer's norm": with_norms(
+                EncoderBlock, ENCODER_NORMS, AnnotatedLayerNorm
+            ),
         },
     ),
     "encoder": (
@@ -672,6 +952,9 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "cross-attention before self-attention": DecoderCrossBeforeSelf,
             "post-LN block": DecoderPostLN,
             "residual added after the norm": DecoderResidualAfterNorm,
+            "Annotated Transformer's norm": with_norms(
+                DecoderBlock, DECODER_NORMS, AnnotatedLayerNorm
+            ),
         },
     ),
     "decoder": (
@@ -699,6 +982,7 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "cross-attention fed the decoder states": TransformerCrossOnDecoderStates,
             "source ignored": TransformerIgnoresSource,
             "encode/decode disagree with forward": TransformerEncodeInconsistent,
+            "decoder on the source vocabulary": TransformerDecoderOnSourceVocabulary,
         },
     ),
     "greedy_decode": (
@@ -757,24 +1041,24 @@ def test_wrong_implementation_is_rejected(name, wrong):
     assert result.message  # says what is wrong
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_exported_solution_passes(name):
-    """course.nn's exported modules (generated from the solution notebook) pass too."""
-    import course.nn
+@pytest.mark.parametrize(
+    ("name", "wrong", "words"),
+    [
+        pytest.param(n, w, words, id=f"{n}-{family}-{w.__name__}")
+        for n, family, w, words in FAMILIES
+    ],
+)
+def test_each_property_catches_its_family(name, wrong, words):
+    result = CASES[name][0](wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+    assert words in result.message, result.report()
 
-    exported = {
-        "feed_forward": "FeedForward",
-        "pre_norm_residual": "PreNormResidual",
-        "encoder_block": "EncoderBlock",
-        "encoder": "Encoder",
-        "decoder_block": "DecoderBlock",
-        "decoder": "Decoder",
-        "transformer": "Transformer",
-        "greedy_decode": "greedy_decode",
-    }[name]
-    if not hasattr(course.nn, exported):
-        pytest.skip(f"course.nn has no {exported} yet (run `make exercises`)")
-    result = CASES[name][0](getattr(course.nn, exported), raise_on_failure=False)
+
+@pytest.mark.parametrize(
+    ("name", "variant"), [pytest.param(n, v, id=f"{n}-{v.__name__}") for n, v in RIGHT]
+)
+def test_right_variant_passes(name, variant):
+    result = CASES[name][0](variant, raise_on_failure=False)
     assert result.status == PASSED, result.report()
 
 
@@ -789,8 +1073,25 @@ def test_checks_leave_the_global_random_stream_alone():
 @pytest.mark.parametrize(
     ("name", "label", "words"),
     [
-        ("feed_forward", "dropout after the second linear", "dropout acts after the second"),
-        ("encoder", "one block repeated", "repeats one block (1 distinct of 2)"),
+        ("feed_forward", "dropout after the second linear", "dropout acts on the output"),
+        ("feed_forward", "hidden size d_model instead of d_ff", "maps 16 -> 16 features"),
+        ("pre_norm_residual", "dropout on the residual path too", "dropout in its place"),
+        ("encoder_block", "padding mask ignored", "padding invariance"),
+        ("encoder_block", "returns a tuple", "should return a tensor, got tuple"),
+        ("encoder", "one block repeated", "every layer has its own parameters"),
+        ("encoder", "padding mask not built", "padding invariance"),
+        ("encoder", "no final norm attribute", "has no sub-module `norm`"),
+        ("decoder_block", "no causal mask", "causality"),
+        ("decoder_block", "memory mask ignored", "padding invariance"),
+        ("decoder", "no causal mask", "causality"),
+        ("decoder", "memory mask dropped", "padding invariance"),
+        ("transformer", "source padding mask not given to the decoder", "padding invariance"),
+        ("transformer", "decoder without the causal mask", "causality"),
+        (
+            "transformer",
+            "decoder on the source vocabulary",
+            "the target ids go up to 12, so it needs 13 rows",
+        ),
         ("greedy_decode", "switches the model to train mode", "switched the model to training"),
     ],
 )
@@ -800,39 +1101,16 @@ def test_mistake_is_named(name, label, words):
     assert words in result.message, result.report()
 
 
-@pytest.mark.parametrize(
-    ("name", "variant"),
-    [
-        ("pre_norm_residual", ResidualAnnotatedNorm),
-        ("encoder_block", EncoderBlockAnnotatedNorm),
-        ("decoder_block", DecoderBlockAnnotatedNorm),
-    ],
-)
-def test_annotated_transformer_norm_is_named(name, variant):
-    result = CASES[name][0](variant, raise_on_failure=False)
-    assert result.status == FAILED
-    assert "the normalisation differs" in result.message, result.report()
+def test_the_decoder_on_the_source_vocabulary_is_said_in_the_students_terms():
+    """Issue 22: no IndexError quoting a line of the check's own reference code."""
+    result = check.transformer(TransformerDecoderOnSourceVocabulary, raise_on_failure=False)
+    assert "`Transformer.decoder.embed` has 11 rows" in result.message, result.report()
+    assert "IndexError" not in result.message
 
 
-def test_exact_hand_written_layer_norm_passes():
-    variant = with_annotated_norms(
-        EncoderBlock, ("attn_residual.norm", "ffn_residual.norm"), ExactHandWrittenLayerNorm
-    )
-    result = check.encoder_block(variant, raise_on_failure=False)
-    assert result.status == PASSED, result.report()
-
-
-@pytest.mark.parametrize(
-    ("name", "label", "words"),
-    [
-        ("encoder_block", "padding mask ignored", "the mask does not reach the self-attention"),
-        ("decoder_block", "no causal mask", "the causal mask (tgt_mask) is not applied"),
-        ("decoder_block", "cross-attention fed the decoder states", "not fed the memory"),
-        ("decoder", "no causal mask", "the causal mask is not applied"),
-        ("decoder", "missing final norm", "self.norm is missing"),
-    ],
-)
-def test_block_and_stack_diagnostics(name, label, words):
-    check_fn, _, wrongs = CASES[name]
-    result = check_fn(wrongs[label], raise_on_failure=False)
-    assert words in result.message, result.report()
+@pytest.mark.parametrize("name", list(CASES))
+def test_hints_point_at_the_principle_not_the_line(name):
+    """No hint holds a finished line of code (issue 22 §3)."""
+    hint = CASES[name][0].hint
+    for code in ("lambda", "self.", "[0]", "= ", "argmax(", "torch."):
+        assert code not in hint, f"{name}: {hint}"
