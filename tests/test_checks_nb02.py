@@ -102,7 +102,8 @@ def test_attention_torch_builtin_wrapper_passes():
 
     def fused(q, k, v, mask=None):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        eye = torch.eye(k.size(-2), dtype=v.dtype).expand(*k.shape[:-2], k.size(-2), k.size(-2))
+        lk = k.size(-2)
+        eye = torch.eye(lk, dtype=v.dtype, device=v.device).expand(*k.shape[:-2], lk, lk)
         return out, torch.nn.functional.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
 
     assert check.scaled_dot_product_attention(fused, raise_on_failure=False).passed
@@ -462,6 +463,13 @@ def attention_zeros_on_the_cpu(q, k, v, mask=None):
     return weights @ v, weights
 
 
+def attention_fused_eye_on_the_cpu(q, k, v, mask=None):
+    """torch's fused attention, the weights via an identity created without a device."""
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    eye = torch.eye(k.size(-2), dtype=v.dtype).expand(*k.shape[:-2], k.size(-2), k.size(-2))
+    return out, torch.nn.functional.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
+
+
 def padding_ids_changed_in_place(ids, pad_id):
     """Turns the caller's ids into 0/1 flags in place."""
     return ids.ne_(pad_id).bool().unsqueeze(1)
@@ -496,6 +504,7 @@ PROPERTY_CASES = [
     ("scaled_dot_product_attention", attention_dead_rows_on_axis_2, "no leading axes"),
     ("scaled_dot_product_attention", attention_detached_weights, "no gradient reaches `query`"),
     ("scaled_dot_product_attention", attention_zeros_on_the_cpu, "property violated: device"),
+    ("scaled_dot_product_attention", attention_fused_eye_on_the_cpu, "property violated: device"),
     ("make_padding_mask", padding_ids_changed_in_place, "inputs untouched"),
     ("make_padding_mask", padding_ones_on_the_cpu, "property violated: device"),
     ("self_attention", DetachedOutput, "property violated: gradients"),
