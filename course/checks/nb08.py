@@ -53,8 +53,9 @@ def _as_data(function: Callable[..., Any]) -> Callable[..., Any]:
             to_plain(result)
         except NotPlainData:
             name = type(result).__name__
-            if isinstance(result, tuple | list):
-                name += " of (" + ", ".join(type(item).__name__ for item in result) + ")"
+            items = result.values() if isinstance(result, dict) else result
+            if isinstance(result, tuple | list | dict):
+                name += " of (" + ", ".join(type(item).__name__ for item in items) + ")"
             return {"type": name}
         return {"value": result}
 
@@ -561,7 +562,7 @@ def oos_metrics(student_metrics: Callable[..., dict]) -> None:
             case.oos_id,
             names=("pred", "target", "oos_id"),
         )
-        result = _value(result, "oos_metrics", "a dict")
+        result = _value(result, "oos_metrics", "a dict of Python floats")
         expect(
             isinstance(result, dict),
             f"oos_metrics should return a dict, got {type(result).__name__}.",
