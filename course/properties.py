@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from course.check import CheckFailure, expect
 from course.observe import (
@@ -197,12 +198,40 @@ def large_scores(*shape: int, scale: float = 1000.0, offset: int = 0) -> torch.T
     return torch.randn(*shape, generator=generator(offset)) * scale
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in nested lists, tuples and dicts (the arguments of one operation)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in _tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors(item)]
+    return []
+
+
+class NoDeviceMixing(TorchFunctionMode):
+    """Fails an operation that mixes tensors of two devices, as a GPU does (0-dim scalars aside).
+
+    The meta device alone lets some mixes through (``F.embedding`` of CPU indices into a meta
+    table), which a GPU refuses.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        kwargs = kwargs or {}
+        devices = {t.device.type for t in _tensors((args, kwargs)) if t.dim() > 0}
+        if len(devices) > 1:
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found {sorted(devices)}"
+            )
+        return func(*args, **kwargs)
+
+
 def on_meta(function: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run ``function`` with tensors (and modules) moved to the ``meta`` device.
 
     Returns ``{"device": ..., "shape": ...}`` of the result (call it inside ``observe``). A
-    tensor created without ``device=`` lives on the CPU, and combining it with a meta tensor
-    fails, as it would on a GPU.
+    tensor created without ``device=`` lives on the CPU, and any operation that meets it with a
+    meta tensor fails (:class:`NoDeviceMixing`), as it would on a GPU.
     """
 
     def move(value: Any) -> Any:
@@ -210,7 +239,10 @@ def on_meta(function: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str
             return value.to("meta")
         return value
 
-    out = function(*[move(a) for a in args], **{k: move(v) for k, v in kwargs.items()})
+    moved_args = [move(a) for a in args]
+    moved_kwargs = {k: move(v) for k, v in kwargs.items()}
+    with NoDeviceMixing():
+        out = function(*moved_args, **moved_kwargs)
     first = out[0] if isinstance(out, tuple | list) and out else out
     if not isinstance(first, torch.Tensor):
         return {"device": None, "shape": None}

@@ -242,3 +242,23 @@ HOSTILE = {
 def test_hostile_records_are_refused(name):
     with pytest.raises(Exception):  # noqa: B017, PT011 - any refusal; replay turns it into an error row
         obs.decode(HOSTILE[name])
+
+
+def _cpu_positions(x, table):
+    return x + table(torch.arange(x.shape[1]))[None]  # the lookup itself passes on meta
+
+
+def _device_positions(x, table):
+    return x + table(torch.arange(x.shape[1], device=x.device))[None]
+
+
+@pytest.mark.parametrize(
+    "student, device", [(_device_positions, "meta"), (_cpu_positions, None)], ids=["right", "cpu"]
+)
+def test_on_meta_refuses_an_operation_that_mixes_devices(student, device):
+    try:
+        found = on_meta(student, torch.zeros(2, 3, 4), nn.Embedding(5, 4))["device"]
+    except RuntimeError as error:
+        assert "same device" in str(error)
+        found = None
+    assert found == device
