@@ -786,6 +786,14 @@ class TransformerWithoutDecode(Transformer):
         return self.output_projection(self.decoder(tgt_ids, memory, src_mask))
 
 
+class TransformerTiedProjection(Transformer):
+    """The paper's weight tying (section 3.4): the projection shares the target embedding."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.output_projection.weight = self.decoder.embed.embedding.weight
+
+
 def greedy_with_lists(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
     with torch.no_grad():
         memory, memory_mask = model.encode(src_ids)
@@ -870,6 +878,7 @@ RIGHT = [
     ("encoder", EncoderInlineMask),
     ("decoder", DecoderTriuMask),
     ("transformer", TransformerWithoutDecode),
+    ("transformer", TransformerTiedProjection),
     ("greedy_decode", greedy_with_lists),
     ("greedy_decode", annotated_greedy),
 ]

@@ -79,6 +79,14 @@ BLOCK_SIZES = (
 # --- observing the student's module ---------------------------------------------------------
 
 
+TIED = "output_projection.weight"  # may be the decoder's embedding table (weight tying)
+
+
+def _may_tie(alias: str, parameter: str) -> bool:
+    pair = sorted((alias, parameter))
+    return pair[1] == TIED and pair[0].startswith("decoder.embed.")
+
+
 def _random_values(shapes: dict[str, tuple[int, ...]], offset: int) -> dict[str, torch.Tensor]:
     """Random float64 weights for every parameter: matrices ~ N(0, 1/fan_in), gains around 1,
     other vectors around 0. Drawn in name order from the session's generator."""
@@ -101,6 +109,7 @@ class Built(NamedTuple):
     state: dict[str, torch.Tensor]  # its state dict after the random weights
     eps: dict[str, float]  # eps of every sub-module that has one
     dropout: dict[str, float]  # p of every nn.Dropout
+    tied: dict[str, str]  # a state-dict key that is the same tensor as this parameter
 
 
 def _build(
@@ -147,16 +156,18 @@ def _build(
         and isinstance(v, torch.Tensor)
         and v.is_floating_point()
         and any(n.endswith(s) for s in (".weight", ".bias"))
-        and not n.startswith("pos.")
     ]
+    tied = {n: next((p for p in parameters if torch.equal(state[p], state[n])), "") for n in shared}
+    # The paper (section 3.4) shares the target embedding with the pre-softmax projection.
+    wrong = [n for n, p in tied.items() if not _may_tie(n, p)]
     expect(
-        not shared,
-        f"{what}: `{shared[0] if shared else ''}` is the very same tensor as another parameter: "
-        "some layers share their weights (the property violated: every layer has its own "
-        "parameters).",
+        not wrong,
+        f"{what}: `{wrong[0] if wrong else ''}` is the very same tensor as "
+        f"`{tied.get(wrong[0], '') if wrong else ''}`: some layers share their weights (the "
+        "property violated: every layer has its own parameters).",
         "Build a new object for every layer (a list comprehension), not one object repeated.",
     )
-    return Built(module, state, info["eps"], info["dropout"])
+    return Built(module, state, info["eps"], info["dropout"], tied)
 
 
 def _call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -1406,7 +1417,7 @@ def transformer(Transformer: type) -> None:
         for side in ("encoder", "decoder"):
             start = f"{side}."
             part = {k[len(start) :]: v for k, v in built.state.items() if k.startswith(start)}
-            _count_layers(Built(None, part, {}, {}), f"Transformer.{side}", n)
+            _count_layers(Built(None, part, {}, {}, {}), f"Transformer.{side}", n)
         twin, projection = _torch_model(case, built)
         src = _ids([7, 4, 2], 7, pad, 310 + number, case.src_vocab)
         tgt = _ids([5, 5, 3], 5, pad, 311 + number, case.tgt_vocab)
@@ -1464,10 +1475,15 @@ def transformer(Transformer: type) -> None:
         ref["parameters"][source], ref["parameters"][target] = ref["inputs"]
         ref["inputs"] = [None, None]
         _expect_pad_row(f"{name}, the source embedding", grads, source, pad)
-        _expect_pad_row(f"{name}, the target embedding", grads, target, pad)
         names = {k: (k, None) for k in (source, target)} | {
             f"output_projection.{k}": (f"output_projection.{k}", None) for k in ("weight", "bias")
         }
+        if built.tied:  # one table for both: its gradient is the sum of the two uses
+            ((alias, kept),) = built.tied.items()
+            ref["parameters"][kept] = ref["parameters"][target] + ref["parameters"][TIED]
+            del names[alias]
+        else:
+            _expect_pad_row(f"{name}, the target embedding", grads, target, pad)
         names |= _stack_names(built, case.stack, "encoder", "encoder", False)
         names |= _stack_names(built, case.stack, "decoder", "decoder", True)
         names = {k: v for k, v in names.items() if k in built.state}
