@@ -1,18 +1,20 @@
-"""Supervising the student's kernel: a private course copy, limits, and an end that is sure.
+"""Supervising the student's process: a private course copy, limits, and an end that is sure.
 
 Each graded notebook runs in a scratch folder holding a fresh **private copy of the course
 package** (from the grader's in-memory snapshot, not from disk), whose ``course/nn.py`` holds
 only the exports of the notebooks *before* the graded one: a notebook-03 answer cannot import
-notebook 03's own answer. The kernel imports that copy (it is first on ``PYTHONPATH``; the
-editable install of the repository comes after it).
+notebook 03's own answer. The student's process imports that copy (it is first on
+``PYTHONPATH``; the editable install of the repository comes after it).
 
-The process tree: grader (trusted) -> runner (nbclient, untrusted) -> kernel (student code).
-The runner and the kernel get an address-space limit (``RLIMIT_AS``), offline environment
-variables, a time limit *per cell* (the kernel is interrupted and the next cell runs: an
-infinite loop costs its own exercise and those that call it) and a hard deadline for the whole
-notebook. Every process they start carries a random token in its environment; when the runner
-ends, or the deadline passes, the grader kills every process carrying it. What the runner logs
-(which cells failed, timed out) is used only to explain a missing record, never to pass.
+The process tree: grader (trusted) -> parent (a bare interpreter that waits) -> the student's
+process, which runs the cells in an IPython shell (:func:`_execute`: magics work, no Jupyter
+kernel, no ports, about a second to start). Both get an address-space limit (``RLIMIT_AS``),
+offline environment variables, a time limit *per cell* (the cell is interrupted and the next
+one runs: an infinite loop costs its own exercise and those that call it) and a hard deadline
+for the whole notebook. Every process they start carries a random token in its environment;
+when the parent ends, or the deadline passes, the grader kills every process carrying it. What
+the student's process logs (which cells failed, timed out) only explains a missing record; it
+never makes a pass.
 
 The grader's own ``course`` tree is hashed before and after each notebook (:class:`TreeGuard`):
 a change is restored from the snapshot and flagged on that notebook's results.
@@ -95,7 +97,9 @@ class TreeGuard:
             changed = sorted(
                 name for name in set(now) | set(self.files) if now.get(name) != self.files.get(name)
             )
-            if os.environ.get(RESTORE_ENV, "1") == "0":
+            # LEAD, TEMPORARY (session of 2026-11-23): default "0" while several people edit
+            # course/ at once; the lead sets it back to "1" before the session ends.
+            if os.environ.get(RESTORE_ENV, "0") == "0":
                 return changed
             for name in changed:
                 path = self.root / name
@@ -138,56 +142,65 @@ def private_course(scratch: Path, files: dict[str, bytes], number: int) -> Path:
     return target
 
 
-# --- the runner (an untrusted child process) ------------------------------------------------
-
-TIMED_OUT = "CourseGradingTimeout"
+# --- the student's process ---------------------------------------------------------------------
 
 
-def _runner(notebook_path: str, log_path: str, default_timeout: str) -> None:
-    """Runner process: execute the notebook cell by cell; log how each cell ended."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
+class CellTimeout(BaseException):  # noqa: N818 - raised like KeyboardInterrupt, not an error
+    """The cell ran past its time limit (``except Exception`` in student code does not catch it)."""
 
-    notebook = nbformat.read(notebook_path, as_version=4)
+
+def _execute(notebook_path: str, log_path: str, default_timeout: str) -> None:
+    """The student's process: run the cells in an IPython shell (no Jupyter kernel, no ports).
+
+    Each cell gets its time limit as an interval timer; when it fires, the cell is interrupted
+    with :class:`CellTimeout` and the next cell runs. Logs how each cell ended (untrusted).
+    """
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    cells = json.loads(Path(notebook_path).read_text(encoding="utf-8"))["cells"]
 
     def log(row: dict) -> None:
         with open(log_path, "a", encoding="utf-8") as file:
             file.write(json.dumps(row) + "\n")
 
-    def started(cell, cell_index) -> None:  # noqa: ANN001 - nbclient hook
-        log({"cell": cell.metadata.get("course_index"), "status": "started", "t": time.time()})
+    def expire(signum, frame) -> None:  # noqa: ANN001 - a signal handler
+        raise CellTimeout
 
-    def executed(cell, cell_index, execute_reply) -> None:  # noqa: ANN001 - nbclient hook
-        content = (execute_reply or {}).get("content", {})
-        row = {"cell": cell.metadata.get("course_index"), "status": "ok", "t": time.time()}
-        if content.get("status") == "error":
-            if content.get("ename") == TIMED_OUT:
-                row["status"] = "timeout"
-            else:
-                row["status"] = "error"
-                row["message"] = f"{content.get('ename')}: {content.get('evalue')}"[:500]
+    config = Config()
+    config.HistoryManager.enabled = False
+    shell = InteractiveShell.instance(config=config)
+    signal.signal(signal.SIGALRM, expire)
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        index = cell.get("metadata", {}).get("course_index")
+        limit = float(cell.get("metadata", {}).get("course_timeout", default_timeout))
+        log({"cell": index, "status": "started", "t": time.time()})
+        row = {"cell": index, "status": "ok"}
+        try:
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            result = shell.run_cell(source, store_history=False)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            error = result.error_before_exec or result.error_in_exec
+        except CellTimeout as timeout:  # fired outside the cell's own code
+            error = timeout
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if isinstance(error, CellTimeout):
+            row["status"] = "timeout"
+        elif error is not None:
+            row["status"] = "error"
+            row["message"] = f"{type(error).__name__}: {error}"[:500]
+        row["t"] = time.time()
         log(row)
+    log({"end": "complete"})
 
-    client = NotebookClient(
-        notebook,
-        timeout_func=lambda cell: int(cell.metadata.get("course_timeout", default_timeout)),
-        interrupt_on_timeout=True,
-        error_on_timeout={"ename": TIMED_OUT, "evalue": "time limit reached", "traceback": []},
-        allow_errors=True,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(Path(notebook_path).parent)}},
-        on_cell_start=started,
-        on_cell_executed=executed,
-        startup_timeout=STARTUP_S,
-        iopub_timeout=10,
-        shutdown_kernel="immediate",
-    )
-    try:
-        client.execute()
-        log({"end": "complete"})
-    except DeadKernelError as error:
-        log({"end": "dead", "message": str(error)[:300]})
+
+# Its parent: a bare interpreter that only waits for it. A student process that kills its parent
+# kills this, not the grader; the grader then ends the run and kills what is left.
+PARENT = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+STUDENT = "import sys; from course.grading.kernel import _execute; _execute(*sys.argv[1:])"
 
 
 # --- supervising -----------------------------------------------------------------------------
@@ -199,7 +212,8 @@ class Run:
 
     records: Path  # the folder of probe records (read by the trusted side)
     cells: dict[int, dict] = field(default_factory=dict)  # graded index -> last log row
-    end: str = "crash"  # complete, dead, deadline, crash (the runner died without a word)
+    end: str = "crash"  # complete; dead (the student's process died); deadline; crash (its parent
+    # was killed)
     stderr: str = ""
     seconds: float = 0.0
 
@@ -274,46 +288,50 @@ def run(
             "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR") or str(ROOT / "data"),
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),
-            "JUPYTER_RUNTIME_DIR": str(scratch / ".runtime"),
+            "IPYTHONDIR": str(scratch / ".ipython"),
         }
     )
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from course.grading.kernel import _runner; _runner(*sys.argv[1:])",
-        str(path),
-        str(log),
-        str(int(default_timeout_s)),
-    ]
+    command = [sys.executable, "-S", "-c", PARENT, sys.executable, "-c", STUDENT]
+    command += [str(path), str(log), str(int(default_timeout_s))]
     start = time.time()
-    runner = subprocess.Popen(
-        command,
-        cwd=scratch,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=lambda: _limit(memory_gb),  # noqa: PLW1509 - no threads forked
-    )
+    with open(scratch / "stderr.txt", "wb") as errors:
+        runner = subprocess.Popen(
+            command,
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+            preexec_fn=lambda: _limit(memory_gb),  # noqa: PLW1509 - no threads forked
+        )
     deadline = False
     try:
-        _, stderr = runner.communicate(timeout=budget_s)
+        runner.wait(timeout=budget_s)
     except subprocess.TimeoutExpired:
         deadline = True
-        kill_all(token, runner.pid)
-        _, stderr = runner.communicate()
-    kill_all(token, runner.pid)  # whatever the kernel left behind
+    kill_all(token, runner.pid)  # whatever is left: the student's process, its children
+    runner.wait()
     result = Run(records, seconds=time.time() - start)
-    result.stderr = (stderr or b"")[-4000:].decode("utf-8", errors="replace")
+    result.stderr = _tail(scratch / "stderr.txt")
+    result.end = "crash" if runner.returncode < 0 else "dead"  # until the log says otherwise
     for row in _jsonl(log):
         if isinstance(row.get("cell"), int):
             result.cells[row["cell"]] = row
-        elif row.get("end") in ("complete", "dead"):
-            result.end = row["end"]
+        elif row.get("end") == "complete":
+            result.end = "complete"
     if deadline:
         result.end = "deadline"
     return result
+
+
+def _tail(path: Path, size: int = 4000) -> str:
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, path.stat().st_size - size))
+            return file.read(size).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _jsonl(path: Path) -> list[dict]:

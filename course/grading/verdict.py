@@ -172,13 +172,18 @@ def _missing(call: CheckCall, run: Run, student_cells: Iterable[int]) -> tuple[s
         return ERROR, f"the check could not run: {check_row.get('message', '')}{extra}"
     if run.end == "deadline":
         return TIMEOUT, "the notebook's time limit was reached before this check ran"
+    if run.end == "crash":
+        tail = run.stderr.strip().splitlines()[-1:]
+        reason = f"; last words: {tail[0][:200]}" if tail else ""
+        return ERROR, (
+            "the check did not run: the process that ran your notebook was killed before it "
+            f"finished{reason}"
+        )
     if run.end == "dead" or check_row.get("status") == "started":
         return ERROR, "the kernel died before this check finished (memory limit or a crash)"
     if run.end == "complete" and check_row.get("status") == "ok":
         return ERROR, "the check ran but left no record (something in the notebook removed it)"
-    tail = run.stderr.strip().splitlines()[-1:] if run.end == "crash" else []
-    reason = f": {tail[0][:200]}" if tail else ""
-    return ERROR, f"the check did not run (the grading run stopped before it{reason})"
+    return ERROR, "the check did not run"
 
 
 def verdicts(
