@@ -516,6 +516,7 @@ def choose_factory(
     grid: list[float] = GRID,
     strict: bool = False,
     relative: bool = False,
+    base_at: float | None = 0.0,
 ):
     """A correct choose_threshold by default; each argument injects one mistake."""
 
@@ -529,7 +530,9 @@ def choose_factory(
         base = (
             1.0
             if floor_from_one
-            else score(apply(val_logits, 0.0, oos_id), val_target, oos_id)["in_scope_accuracy"]
+            else score(apply(val_logits, base_at, oos_id), val_target, oos_id)["in_scope_accuracy"]
+            if base_at is not None
+            else results[min(candidates)]["in_scope_accuracy"]
         )
         floor = base * (1 - drop) if relative else base - drop
 
@@ -626,6 +629,7 @@ WRONG_CHOOSERS = {
     "maximises_accuracy_plus_recall": choose_factory(pick="best_sum"),
     "maximises_f1": choose_factory(pick="best_f1"),
     "smallest_within_budget": choose_factory(pick="smallest_above_zero"),
+    "baseline_at_the_smallest_candidate": choose_factory(base_at=None),
     "always_half": lambda *args, **kwargs: 0.5,
     "strict_greater_than": choose_factory(strict=True),
     "relative_floor": choose_factory(relative=True),

@@ -611,7 +611,7 @@ class ValidationSet(NamedTuple):
         at least the no-threshold one minus ``max_drop``."""
         n_in = int((self.target != CLASSES).sum())
         floor = self.accuracy_rows(0.0) - max_drop * n_in
-        return max(t for t in candidates if self.accuracy_rows(t) >= floor - 1e-9)
+        return max((t for t in candidates if self.accuracy_rows(t) >= floor - 1e-9), default=0.0)
 
 
 def _validation_set(
@@ -674,6 +674,7 @@ DEFAULT_CANDIDATES = [i / 100 for i in range(101)]
 GRID_005 = [i / 20 for i in range(21)]
 RULE_CANDIDATES = [i / 10 for i in range(10, -1, -1)]  # 1.0, 0.9, ..., 0.0: not ascending
 RULE_MAX_DROP = 0.0625
+UNORDERED = [0.9, 0.5, 0.4, 0.6]
 RULE_MISTAKES = {  # answers that follow another rule than the exercise's, on the rule set
     0.6: "the budget allows an accuracy of *at least* acc0 - max_drop: a candidate exactly on "
     "the floor is allowed",
@@ -733,6 +734,14 @@ def _choose_cases() -> list[ChooseCase]:
             None,
             None,
             third.expected(0.03, DEFAULT_CANDIDATES),
+        ),
+        ChooseCase(
+            "set A, max_drop=0.08, candidates 0.9, 0.5, 0.4, 0.6 (the threshold 0, no "
+            "threshold, is not among them)",
+            first,
+            0.08,
+            UNORDERED,
+            first.expected(0.08, UNORDERED),
         ),
         ChooseCase(
             "set A with max_drop=0.0 (no drop at all allowed)",
