@@ -432,6 +432,8 @@ def feedback(
         same = {(r.status, r.message) for r in mine}
         if len(same) == 1 and mine[0].status in (MISSING, ERROR):
             lines.append(f"- All {len(mine)} exercises ({mine[0].status}): {mine[0].message}")
+            if mine[0].status == MISSING:
+                continue  # nothing was written either
         else:
             for r in mine:
                 lines += _feedback_item(r, points, manual)

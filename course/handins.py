@@ -178,8 +178,8 @@ def choose(files: list[Found], stems: Iterable[str]) -> Handin:
             handin.notes[stem] = (
                 f"{len(ranked)} files are notebook {stem}: {note}; not graded: {others}."
             )
-        elif best.how != METADATA or best.name != f"{stem}.ipynb":
-            handin.notes[stem] = note + "."
+        elif best.name.lower() != f"{stem}.ipynb" or not best.readable:
+            handin.notes[stem] = note + "."  # renamed: say how it was recognised
     return handin
 
 
