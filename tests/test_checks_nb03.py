@@ -572,7 +572,7 @@ PROPERTY_CASES = [
     ("split_merge_heads", (split_detached, merge_correct), "property violated: gradients"),
     ("split_merge_heads", (split_into_zeros_on_the_cpu, merge_correct), "violated: device"),
     ("multi_head_attention", (MHAHeadsAndSizeSwapped,), "the number of heads is wrong"),
-    ("multi_head_attention", (MHADropoutZeroMeansDefault,), "dropout=0.0) in training mode"),
+    ("multi_head_attention", (MHADropoutZeroMeansDefault,), "violated: training mode"),
     ("multi_head_attention", (MHAKeyDetached,), "no gradient reaches `key`"),
     ("multi_head_attention", (MHADefaultMaskOnTheCpu,), "property violated: device"),
     ("multi_head_attention", (MHAUnsqueezesInPlace,), "inputs untouched"),

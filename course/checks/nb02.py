@@ -298,12 +298,14 @@ def scaled_dot_product_attention(student_attention: Callable[..., Any]) -> None:
         expect_shape(
             weights,
             ref_weights.shape,
-            f"the weights for {case.what}",
+            f"the weight matrix for {case.what}",
             "The weights have one row per query and one column per key: (..., Lq, Lk).",
         )
-        expect_close(weights, ref_weights, f"the weights for {case.what}", hint, **_tolerance(case))
         if case.mask is not None and case.mask.dtype == torch.bool:
             _expect_blocked_keys_zero(weights, case.mask, case.what)
+        expect_close(
+            weights, ref_weights, f"the weight matrix for {case.what}", hint, **_tolerance(case)
+        )
         expect_close(out, ref_out, f"the output for {case.what}", hint, **_tolerance(case))
 
     for index in (0, 4):  # gradients, without and with a mask
@@ -521,7 +523,7 @@ def self_attention(StudentSelfAttention: type[nn.Module]) -> None:  # noqa: N803
         expect_close(
             weights,
             ref_weights,
-            f"the weights on {case.what}",
+            f"the weight matrix on {case.what}",
             "Queries come from w_q, keys from w_k; scale by sqrt(d_k) of the projections, not "
             "of d_model.",
             **tolerance,

@@ -360,11 +360,25 @@ def _expect_matches(
     expect_close(
         weights,
         ref_weights,
-        f"the attention weights ({what})",
+        f"the tensor of attention weights ({what})",
         "Check how you split the heads, the scaling (by the size of one head) and the mask "
         "(True = may attend, one mask for every head).",
         **tolerance,
     )
+    if config.training:
+        tight = (
+            {"atol": 1e-10, "rtol": 1e-8}
+            if config.dtype == torch.float64
+            else {"atol": 1e-5, "rtol": 1e-4}
+        )
+        expect(
+            isinstance(output, torch.Tensor)
+            and output.shape == ref_output.shape
+            and torch.allclose(output, ref_output, **tight),
+            f"with {what}, the output is not the eval-mode attention: with dropout=0.0 nothing "
+            "may be dropped or changed in training mode (the property violated: training mode).",
+            DROPOUT_HINT,
+        )
     expect_close(
         output,
         ref_output,
@@ -546,7 +560,13 @@ def multi_head_attention(StudentMHA: type[nn.Module]) -> None:  # noqa: N803 - a
             case = cases[index]
             case = case._replace(what=f"{config.what}, {case.what}")
             args = (case.query, case.key, case.value, case.mask)
-            result = _named(case.what, _runner(module, config), *args, names=MHA_NAMES)
+            result = _named(
+                case.what,
+                _runner(module, config),
+                *args,
+                names=MHA_NAMES,
+                random=config.training,  # dropout may draw, even when it should drop nothing
+            )
             _expect_matches(result, twin, config, case)
 
     _expect_gradients(StudentMHA)
