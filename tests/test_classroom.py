@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from course import classroom, grading, nbtools, release
-from course.contract import MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
+from course.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
 from course.grading import ExerciseResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -263,6 +263,30 @@ def test_release_ships_no_exercise_tests_and_runs_lab_as_root(tmp_path):
         timeout=60,
     ).stdout
     assert "--index-url https://download.pytorch.org/whl/cpu torch==" in dry
+    # Its own package works without solutions/ or nbtools: the released check tests pass.
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_check.py"],
+        cwd=dest,
+        env=dict(os.environ, PYTHONPATH=str(dest)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+
+
+def test_gradescope_archive_layout(tmp_path):
+    archive = classroom.build_gradescope(tmp_path / "autograder.zip", only=["00", "03"])
+    with zipfile.ZipFile(archive) as zipped:
+        names = set(zipped.namelist())
+        modes = {i.filename: i.external_attr >> 16 for i in zipped.infolist()}
+        config = json.loads(zipped.read("autograder.json"))
+    assert {"setup.sh", "run_autograder", "requirements.txt", "course/grading/engine.py"} <= names
+    assert {"course/handins.py", "course/classroom.py", "course/contract.py"} <= names
+    assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
+    assert config["notebooks"] == ["00_welcome.ipynb", "03_multi_head_attention.ipynb"]
+    assert not any(n.startswith(("solutions/", "tests/")) for n in names)
+    assert {"notebooks/00_welcome.ipynb", "notebooks/03_multi_head_attention.ipynb"} <= names
 
 
 def test_gradescope_setup_updates_apt_first_and_takes_cpu_torch(tmp_path):
@@ -394,6 +418,13 @@ def build_class(subs: Path) -> dict[str, dict[str, str]]:
     )
     _write(written, subs / "written" / WELCOME)
     expected["written"] = {"0.1": PASSED}
+    # The committed examples: ada solved 0.1; bob's 0.1 overflows and his check cell prints a
+    # fake "passed", his 01 is not a notebook.
+    for name in ("ada", "bob"):
+        shutil.copytree(ROOT / "tests" / "fixtures" / "submissions" / name, subs / name)
+    tokens = [ex for _, ex in classroom.all_exercises([ROOT / "notebooks" / TOKENS])]
+    expected["ada"] = {"0.1": PASSED} | {ex: MISSING for ex in tokens}
+    expected["bob"] = {"0.1": FAILED} | {ex: ERROR for ex in tokens}
     return expected
 
 
@@ -411,7 +442,7 @@ def graded_scenarios(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "student", ["colab", "added", "renamed", "zipped", "whole.zip", "loop", "written"]
+    "student", ["colab", "added", "renamed", "zipped", "whole.zip", "loop", "written", "ada", "bob"]
 )
 def test_scenario_gets_its_expected_grade(graded_scenarios, student):
     subs, expected, graded = graded_scenarios
@@ -453,3 +484,85 @@ def test_progress_gives_the_same_verdicts_on_the_same_folders(graded_scenarios, 
     assert rows == {r.exercise: icons.get(r.status, "❌") for r in graded[student]}, done.stdout
     passed = sum(r.passed for r in graded[student])
     assert done.stdout.strip().endswith(f"passed: {passed} of {len(graded[student])} exercises")
+
+
+@pytest.mark.slow
+def test_bob_reads_the_real_checks_verdict_and_why_01_was_not_graded(graded_scenarios):
+    subs, _, graded = graded_scenarios
+    bob = {r.exercise: r for r in graded["bob"]}
+    assert "NaN" in bob["0.1"].message or "inf" in bob["0.1"].message
+    assert "not a readable notebook" in bob["1.1"].message
+    feedback = (subs.parent / "out" / "feedback" / "bob.md").read_text()
+    assert "**Exercise 0.1** (failed, 0 of 1)" in feedback
+    with open(subs.parent / "out" / "grades.csv", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    assert rows["ada"]["0.1"] == "1" and rows["bob"]["0.1"] == "0"
+    assert list(rows["ada"]) == [
+        "student",
+        *classroom.columns(classroom.notebook_paths(ROOT / "notebooks")),
+        "total",
+    ]
+
+
+@pytest.mark.slow
+def test_run_autograder_reads_a_zip_upload_and_writes_results_json(tmp_path):
+    archive = classroom.build_gradescope(tmp_path / "autograder.zip", only=["00"])
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(archive) as zipped:
+        zipped.extractall(root / "source")
+    shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    (root / "run_autograder").chmod(0o755)
+    (root / "submission").mkdir(parents=True)
+    data = (ROOT / "tests" / "fixtures" / "submissions" / "ada" / WELCOME).read_bytes()
+    (root / "submission" / "hw.zip").write_bytes(_zip({"Copy of 00_welcome.ipynb": data}))
+    env = dict(
+        os.environ, COURSE_AUTOGRADER_ROOT=str(root), COURSE_AUTOGRADER_PYTHON=sys.executable
+    )
+    done = subprocess.run(
+        [str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((root / "results" / "results.json").read_text())
+    assert report["score"] == 1
+    (test,) = report["tests"]
+    assert test["name"].startswith("Exercise 0.1") and test["score"] == test["max_score"] == 1
+    assert "graded `hw.zip:Copy of 00_welcome.ipynb`" in report["output"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder, expect_all", [("notebooks", False), ("solutions", True)])
+def test_make_progress_on_every_notebook(folder, expect_all, tmp_path):
+    copy_ = tmp_path / folder
+    shutil.copytree(ROOT / folder, copy_)
+    done = subprocess.run(
+        # What `make progress DIR=... JOBS=2` runs (without make's `setup` prerequisite).
+        [sys.executable, "-m", "course.classroom", "progress", "--dir", str(copy_), "-j", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    last = done.stdout.strip().splitlines()[-1]
+    total = len(classroom.all_exercises(classroom.notebook_paths(ROOT / "notebooks")))
+    assert last == f"passed: {total if expect_all else 0} of {total} exercises", done.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_progress_in_a_release_grades_against_its_shipped_templates(tmp_path):
+    dest = tmp_path / "class"
+    release.release(dest, 0)
+    notebook = nbformat.read(dest / "notebooks" / WELCOME, as_version=4)
+    notebook.cells = [c for c in notebook.cells if "check." not in c.source]  # check cell deleted
+    _answer_cells(notebook)[0].source = _solution_code(WELCOME, _answer_cells(notebook)[0].id)
+    nbformat.write(notebook, dest / "notebooks" / WELCOME)
+    done = subprocess.run(
+        [sys.executable, "-m", "course.classroom", "progress"],
+        cwd=dest,
+        env=dict(os.environ, PYTHONPATH=str(dest)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.stdout.strip().endswith("passed: 1 of 1 exercises"), (
+        done.stdout + done.stderr[-2000:]
+    )
