@@ -666,3 +666,31 @@ def test_hints_hold_no_answer(name, wrong):
     assert getattr(check, name).hint and not any(
         line in getattr(check, name).hint for line in ANSWER_LINES
     )
+
+
+# --- the two property helpers these checks added to course.properties ---------------------------
+
+
+@pytest.mark.parametrize(
+    "function, expected",
+    [
+        (lambda x: x * 2, "meta"),
+        (lambda x: x + torch.ones(x.shape), "cpu"),  # created without a device
+        (lambda x: torch.ones(3), "cpu"),  # returned from the CPU
+        (lambda x: x * 2 if bool(x.any()) else x, None),  # reads values: meta cannot decide
+    ],
+    ids=["follows", "mixes", "returns_cpu", "reads_values"],
+)
+def test_meta_device(function, expected):
+    from course.properties import meta_device
+
+    assert meta_device("f(x)", function, torch.zeros(3)) == expected
+
+
+def test_observe_gradients_of_a_detached_output_are_none():
+    from course.properties import observe_gradients
+
+    got = observe_gradients("f(x)", lambda x: (x * 2).detach(), [torch.ones(3)])
+    assert got["inputs"] == [None]
+    got = observe_gradients("g(x)", lambda x: x * 2, [torch.ones(3)])
+    assert got["inputs"][0].abs().sum() > 0
