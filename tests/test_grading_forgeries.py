@@ -123,7 +123,7 @@ def test_a_disk_rewriting_submission_cannot_pass_the_next_one(tmp_path):
     shutil.copytree(ROOT / "course", copy / "course", ignore=shutil.ignore_patterns("__pycache__"))
     original = (copy / "course" / "checks" / "nb00.py").read_bytes()
     shutil.copytree(ROOT / "data" / "samples", copy / "data" / "samples")
-    env = {k: v for k, v in os.environ.items() if k != kernel.RESTORE_ENV}
+    env = dict(os.environ, **{kernel.RESTORE_ENV: "1"})  # the copy is ours to restore
     env.update(PYTHONPATH=str(copy), COURSE_FORGERY_TARGET=str(copy / "course"))
     done = subprocess.run(
         [sys.executable, "-c", GRADE_TWO, str(TEMPLATE), str(FORGERIES / "rewrite_disk.ipynb")]

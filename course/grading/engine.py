@@ -6,7 +6,6 @@ the files first (a missing or unreadable submission gives one honest row per exe
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def grade_notebook(
     finally:
         kernel.remove_scratch(scratch)
     if changed:
-        restored = os.environ.get(kernel.RESTORE_ENV, "1") != "0"
+        restored = kernel.restoring()
         note = (
             f"the grader's course files changed while this notebook ran ({', '.join(changed[:5])}"
             f"{', ...' if len(changed) > 5 else ''}); "
