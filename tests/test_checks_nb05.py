@@ -1085,6 +1085,8 @@ def test_checks_leave_the_global_random_stream_alone():
         ("feed_forward", "dropout after the second linear", "dropout acts on the output"),
         ("feed_forward", "hidden size d_model instead of d_ff", "maps 16 -> 16 features"),
         ("pre_norm_residual", "dropout on the residual path too", "dropout in its place"),
+        ("pre_norm_residual", "post-LN", "this is post-LN"),
+        ("pre_norm_residual", "residual added after the norm", "carries LayerNorm(x) instead of x"),
         ("encoder_block", "padding mask ignored", "padding invariance"),
         ("encoder_block", "returns a tuple", "should return a tensor, got tuple"),
         ("encoder", "one block repeated", "every layer has its own parameters"),

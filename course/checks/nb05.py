@@ -621,6 +621,26 @@ def _residual_twin(built: Built, d: int, dtype: torch.dtype) -> tuple[nn.Module,
     return layer, sub
 
 
+def _name_residual_order(
+    got: torch.Tensor, x: torch.Tensor, twin: nn.Module, sub: Any, what: str
+) -> None:
+    """Name the two classic wrong orders (the reference's own norm, twin.norm2)."""
+    if got.shape != x.shape:
+        return
+    norm = twin.norm2
+    wrong = {
+        "this is post-LN, LayerNorm(x + sublayer(x)), the original paper's order; the exercise "
+        "asks for pre-LN": norm(x + sub(x)),
+        "the residual path carries LayerNorm(x) instead of x": norm(x) + sub(norm(x)),
+    }
+    for mistake, value in wrong.items():
+        expect(
+            not torch.allclose(got, value, atol=1e-5),
+            f"{what}: {mistake}. The property violated: the output the text's pre-LN formula "
+            "gives.",
+        )
+
+
 @exercise_check(
     "Exercise 5.2",
     "pre-LN residual connection",
@@ -653,7 +673,8 @@ def pre_norm_residual(PreNormResidual: type) -> None:
             what = f"PreNormResidual({d}) in {mode} mode on a {sizes.dtype} input of shape {tuple(x.shape)}"
             got = _call(what, _forward(built.module, sizes.training), x, sub, names=("x",))
             with torch.no_grad(), _quiet():
-                expect_close(_output(got, what), twin(x), what=what, **TOLERANCE[sizes.dtype])
+                _name_residual_order(_output(got, what), x, twin, sub, what)
+                expect_close(got, twin(x), what=what, **TOLERANCE[sizes.dtype])
         gain, bias = _norm_keys(built.state, "norm")
         names = {gain: ("norm2.weight", None), bias: ("norm2.bias", None)}
 
