@@ -674,7 +674,7 @@ DEFAULT_CANDIDATES = [i / 100 for i in range(101)]
 GRID_005 = [i / 20 for i in range(21)]
 RULE_CANDIDATES = [i / 10 for i in range(10, -1, -1)]  # 1.0, 0.9, ..., 0.0: not ascending
 RULE_MAX_DROP = 0.0625
-UNORDERED = [0.9, 0.5, 0.4, 0.6]
+UNORDERED = [0.8, 0.5, 0.6, 0.7]
 RULE_MISTAKES = {  # answers that follow another rule than the exercise's, on the rule set
     0.6: "the budget allows an accuracy of *at least* acc0 - max_drop: a candidate exactly on "
     "the floor is allowed",
@@ -736,12 +736,12 @@ def _choose_cases() -> list[ChooseCase]:
             third.expected(0.03, DEFAULT_CANDIDATES),
         ),
         ChooseCase(
-            "set A, max_drop=0.08, candidates 0.9, 0.5, 0.4, 0.6 (the threshold 0, no "
-            "threshold, is not among them)",
-            first,
-            0.08,
+            f"the validation set with accuracy 0.5 without threshold, max_drop={RULE_MAX_DROP}, "
+            "candidates 0.8, 0.5, 0.6, 0.7 (the threshold 0, no threshold, is not among them)",
+            rule,
+            RULE_MAX_DROP,
             UNORDERED,
-            first.expected(0.08, UNORDERED),
+            rule.expected(RULE_MAX_DROP, UNORDERED),
         ),
         ChooseCase(
             "set A with max_drop=0.0 (no drop at all allowed)",
