@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import asdict
 from pathlib import Path
 
 import nbformat
@@ -173,7 +174,7 @@ def _run_config_cells(device: str) -> tuple[dict, str, str]:
     """Execute notebook 06's cells up to and including the one defining CONFIG, in this
     process, with ``device`` as the notebook's device; returns (namespace, stdout, stderr)."""
     cells = [c.source for c in nbformat.read(NB06, as_version=4).cells if c.cell_type == "code"]
-    upto = next(i for i, source in enumerate(cells) if "CONFIG = {" in source)
+    upto = next(i for i, source in enumerate(cells) if "CONFIG = Config(" in source)
     namespace: dict = {}
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
@@ -194,7 +195,7 @@ def test_nb06_config_follows_the_model_that_really_loads(monkeypatch, device):
     with pytest.warns(models.ModelFallbackWarning):
         fallen, out, err = _run_config_cells(device)
     assert fallen["MODEL"] == models.PACKAGED_MODEL
-    assert fallen["CONFIG"] == packaged["CONFIG"]
+    assert asdict(fallen["CONFIG"]) == asdict(packaged["CONFIG"])  # each run defines its own class
     assert "all-MiniLM-L6-v2 (packaged)" in out and "bert-base" not in out
     assert "USING THE PACKAGED" in err
 
@@ -202,7 +203,7 @@ def test_nb06_config_follows_the_model_that_really_loads(monkeypatch, device):
     models._hub_state.clear()
     cached, out, _ = _run_config_cells(device)
     assert cached["MODEL"] == "bert-base-uncased" and "bert-base-uncased" in out
-    assert cached["CONFIG"] != packaged["CONFIG"]
+    assert asdict(cached["CONFIG"]) != asdict(packaged["CONFIG"])
 
 
 def test_nb06_labels_come_from_the_resolved_model():
