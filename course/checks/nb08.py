@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from course.check import CheckFailure, exercise_check, expect, expect_close, expect_shape
 from course.observe import NotPlainData, to_plain
-from course.properties import call, generator, gradients, observe, on_meta
+from course.properties import call, generator, gradients, meta_device, observe
 
 F64 = torch.float64
 METRIC_KEYS = ("in_scope_accuracy", "oos_recall", "oos_precision")
@@ -75,35 +75,16 @@ def _tensor(value: Any, what: str, expected: str) -> torch.Tensor:
     return value
 
 
-_DEVICE_MIX = ("is not on the expected device", "same device", "device type", "Expected all")
-
-
-def _on_meta(function: Callable[..., Any], *args: Any) -> dict[str, Any]:
-    """:func:`on_meta`, except that an operation the meta device cannot run (it has no data:
-    ``.tolist()``, boolean indexing, NumPy) is no device mistake: ``{"device": "unknown"}``."""
-    try:
-        return on_meta(function, *args)
-    except Exception as error:  # noqa: BLE001 - whatever the student's code raised on meta
-        text = str(error)
-        if any(words in text for words in _DEVICE_MIX) and "numpy" not in text:
-            return {"device": "mixed", "shape": None, "error": text[:200]}
-        return {"device": "unknown", "shape": None}
-
-
 def _expect_device(function: Callable[..., Any], what: str, *args: Any) -> None:
-    """The device property: inputs on another device give a result on that device."""
-    seen = observe(f"{what}, inputs on the meta device", lambda: _on_meta(function, *args))
-    if seen["device"] == "unknown":
+    """The device property: inputs on another device (meta) give a result on that device."""
+    device = meta_device(f"{what}, inputs on the meta device", function, *args)
+    if device is None:
         return  # the code reads values (a loop over .tolist(), NumPy): meta cannot run it
     expect(
-        seen["device"] == "meta",
-        f"{what} with every input on another device (the meta device): "
-        + (
-            f"your code mixed devices ({seen.get('error', '')})."
-            if seen["device"] == "mixed"
-            else f"the result is on {seen['device']}."
-        )
-        + " The property violated: the function works on the inputs' device (a GPU in training).",
+        device == "meta",
+        f"{what} with every input on another device (the meta device): your code made or "
+        f"returned a tensor on {device}. The property violated: the function works on the "
+        "inputs' device (a GPU in training).",
         "A tensor created without `device=` lives on the CPU: create new tensors from the inputs "
         "(`torch.zeros_like`, `x.new_zeros`, `device=x.device`) or avoid creating any.",
     )
