@@ -629,3 +629,36 @@ def adamw(model, lr: float, weight_decay: float = 0.01, *, head=None, head_lr: f
         groups.append({"params": [p for p in trainable if id(p) in in_head], "lr": head_lr})
     fused = all(p.device.type in ("cpu", "cuda", "mps") for p in trainable)
     return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay, fused=fused)
+
+
+# --- from solutions/09_text_generation.ipynb ---
+class GPT(nn.Module):
+    """A decoder-only language model (GPT-2's layout) built from the course's blocks.
+
+    ``forward(ids (B, L)) -> logits (B, L, vocab_size)``: token embedding plus learned positions,
+    ``n_layer`` pre-LN ``EncoderBlock``s under a causal mask, a final LayerNorm, and an output
+    layer tied to the token embedding. ``embed(ids, start)`` puts the tokens at positions
+    ``start, start + 1, ...`` (for decoding with a cache).
+    """
+
+    def __init__(self, vocab_size: int, max_len: int, d_model: int, num_heads: int, d_ff: int,
+                 n_layer: int, dropout: float = 0.0):
+        super().__init__()
+        self.tok = TokenEmbedding(vocab_size, d_model)
+        self.pos = LearnedPositionalEmbedding(max_len, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(n_layer))
+        self.norm = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.tok.embedding.weight  # tied (Press & Wolf, 2017)
+
+    def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        positions = torch.arange(start, start + ids.size(1), device=ids.device)
+        return self.drop(self.tok(ids) + self.pos.embedding(positions))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x, mask = self.embed(ids), make_causal_mask(ids.size(1), ids.device)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.norm(x))

@@ -690,10 +690,12 @@ CACHE_CONFIGS = [
 ]
 
 
-def _mha_class() -> Any:
+def _mha_class(*args: Any, **kwargs: Any) -> Any:
+    """course.nn's MultiHeadAttention (notebook 03), imported only where it is built: inside
+    the observed construction, never in the trusted replay."""
     from course.nn import MultiHeadAttention
 
-    return MultiHeadAttention
+    return MultiHeadAttention(*args, **kwargs)
 
 
 def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -729,7 +731,7 @@ def attend_with_cache(student_attend_with_cache: Callable[..., Any]) -> None:
     g = generator(98)
     for config in CACHE_CONFIGS:
         module, state = construct(
-            config.what, _mha_class(), config.d_model, config.heads, bias=config.bias
+            config.what, _mha_class, config.d_model, config.heads, bias=config.bias
         )
         twin = torch_attention(state, config.d_model, config.heads, bias=config.bias, owner=OWNER)
         w_k, w_v = tensor(state, "w_k", "weight", OWNER), tensor(state, "w_v", "weight", OWNER)
@@ -778,7 +780,7 @@ def attend_with_cache(student_attend_with_cache: Callable[..., Any]) -> None:
             )
             cache, done = (new_cache[0].clone(), new_cache[1].clone()), done + new
 
-    module, state = construct("MultiHeadAttention(8, 2) for the meta device", _mha_class(), 8, 2)
+    module, state = construct("MultiHeadAttention(8, 2) for the meta device", _mha_class, 8, 2)
     x = torch.randn(1, 2, 8, generator=g)
     past = (torch.randn(1, 2, 3, 4, generator=g), torch.randn(1, 2, 3, 4, generator=g))
     what = "attend_with_cache with the module, x and the cache on another device (meta)"
