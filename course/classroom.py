@@ -25,6 +25,7 @@ import argparse
 import csv
 import difflib
 import json
+import multiprocessing
 import os
 import re
 import stat
@@ -34,7 +35,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,11 +68,29 @@ def _threads(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
-def _parallel(tasks: list[Callable[[], object]], jobs: int) -> list:
-    if jobs <= 1:
-        return [task() for task in tasks]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(lambda task: task(), tasks))
+def _grade_one(call: tuple) -> list[ExerciseResult]:
+    """One notebook of one hand-in (a worker's job): ``(template, path, timeout, memory, threads)``."""
+    template, path, timeout_s, memory_gb, threads = call
+    return grading.grade_file(
+        template, path, timeout_s=timeout_s, memory_gb=memory_gb, threads=threads
+    )
+
+
+def _run_calls(
+    calls: list[tuple], jobs: int, done: Callable[[int, list[ExerciseResult]], None]
+) -> None:
+    """Run every call, telling ``done(index, results)`` as each ends. With ``jobs > 1`` each
+    runs in a worker process: the engine's trusted replay keeps per-process state, so two
+    notebooks are never graded in one process at the same time."""
+    if jobs <= 1 or len(calls) <= 1:
+        for index, call in enumerate(calls):
+            done(index, _grade_one(call))
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(calls)), mp_context=context) as pool:
+        futures = {pool.submit(_grade_one, call): i for i, call in enumerate(calls)}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
 
 
 def one_line(result: ExerciseResult) -> str:
@@ -275,6 +294,89 @@ def written_answers(data: bytes | None, asked: list[Question]) -> dict[str, str]
     return answers
 
 
+def _plan(
+    handin: handins.Handin,
+    templates: list[Path],
+    scratch: Path,
+    timeout_s: float,
+    memory_gb: float,
+    threads: int,
+) -> list[tuple | list[ExerciseResult]]:
+    """Per template: a call for the engine (the chosen file written to ``scratch``), or the
+    rows already known (nothing found in a hand-in that had problems)."""
+    plan: list[tuple | list[ExerciseResult]] = []
+    for template in templates:
+        chosen = handin.chosen.get(template.stem)
+        if chosen is None and handin.problems:
+            message = f"{template.name} not found; " + "; ".join(handin.problems)
+            notebook = nbformat.read(template, as_version=4)
+            plan.append(grading.unreadable(notebook, template.name, ERROR, message))
+            continue
+        path = None
+        if chosen is not None:
+            path = scratch / _safe(handin.student) / template.stem / template.name
+            path.parent.mkdir(parents=True)
+            path.write_bytes(chosen.data)
+        plan.append((template, path, timeout_s, memory_gb, threads))
+    return plan
+
+
+def _written(handin: handins.Handin, templates: list[Path]) -> dict[str, str]:
+    written: dict[str, str] = {}
+    for template in templates:
+        asked = questions(nbformat.read(template, as_version=4), template.name)
+        chosen = handin.chosen.get(template.stem)
+        written.update(written_answers(chosen.data if chosen else None, asked))
+        written.update({q.id: written.get(q.id, "") for q in asked})
+    return written
+
+
+def grade_handins(
+    everyone: list[handins.Handin],
+    templates: list[Path],
+    jobs: int = 1,
+    timeout_s: float = grading.DEFAULT_TIMEOUT_S,
+    memory_gb: float = grading.DEFAULT_MEMORY_GB,
+    log: Callable[[Graded], None] = lambda _: None,
+) -> list[Graded]:
+    """Grade the chosen file of every template of every hand-in: the one path of ``progress``
+    (one hand-in) and ``grade`` (a class). ``jobs`` notebooks at a time, each in a worker."""
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="course-handin-") as scratch:
+        plans = [
+            _plan(h, templates, Path(scratch), timeout_s, memory_gb, _threads(jobs))
+            for h in everyone
+        ]
+        calls = [
+            (i, j)
+            for i, plan in enumerate(plans)
+            for j, p in enumerate(plan)
+            if isinstance(p, tuple)
+        ]
+        left = [sum(1 for i2, _ in calls if i2 == i) for i in range(len(everyone))]
+        graded: list[Graded | None] = [None] * len(everyone)
+
+        def finish(i: int) -> None:
+            results = [r for rs in plans[i] for r in rs]
+            written = _written(everyone[i], templates)
+            seconds = round(time.time() - start, 1)
+            graded[i] = Graded(everyone[i].student, results, everyone[i], written, seconds)
+            log(graded[i])
+
+        def done(k: int, results: list[ExerciseResult]) -> None:
+            i, j = calls[k]
+            plans[i][j] = results
+            left[i] -= 1
+            if left[i] == 0:
+                finish(i)
+
+        for i, n in enumerate(left):
+            if n == 0:
+                finish(i)
+        _run_calls([plans[i][j] for i, j in calls], jobs, done)
+    return graded  # type: ignore[return-value]
+
+
 def grade_handin(
     handin: handins.Handin,
     templates: list[Path],
@@ -282,39 +384,8 @@ def grade_handin(
     timeout_s: float = grading.DEFAULT_TIMEOUT_S,
     memory_gb: float = grading.DEFAULT_MEMORY_GB,
 ) -> Graded:
-    """Grade the chosen file of every template; the one path of ``progress`` and ``grade``."""
-    start = time.time()
-    with tempfile.TemporaryDirectory(prefix="course-handin-") as scratch:
-        tasks = []
-        for template in templates:
-            chosen = handin.chosen.get(template.stem)
-            if chosen is None and handin.problems:
-                message = f"{template.name} not found; " + "; ".join(handin.problems)
-                notebook = nbformat.read(template, as_version=4)
-                tasks.append(
-                    lambda n=notebook, t=template, m=message: grading.unreadable(
-                        n, t.name, ERROR, m
-                    )
-                )
-                continue
-            path = None
-            if chosen is not None:
-                path = Path(scratch) / template.stem / template.name
-                path.parent.mkdir()
-                path.write_bytes(chosen.data)
-            tasks.append(
-                lambda t=template, p=path: grading.grade_file(
-                    t, p, timeout_s=timeout_s, memory_gb=memory_gb, threads=_threads(jobs)
-                )
-            )
-        results = [r for rs in _parallel(tasks, jobs) for r in rs]
-    written = {}
-    for template in templates:
-        asked = questions(nbformat.read(template, as_version=4), template.name)
-        chosen = handin.chosen.get(template.stem)
-        written.update(written_answers(chosen.data if chosen else None, asked))
-        written.update({q.id: written.get(q.id, "") for q in asked})
-    return Graded(handin.student, results, handin, written, round(time.time() - start, 1))
+    """One hand-in graded (:func:`grade_handins`)."""
+    return grade_handins([handin], templates, jobs, timeout_s, memory_gb)[0]
 
 
 # --- progress --------------------------------------------------------------------------------
@@ -520,19 +591,15 @@ def grade_class(
         everyone = class_handins(submissions, templates)
         manual = load_manual(manual_file, items, [h.student for h in everyone])
         (out / "feedback").mkdir(parents=True, exist_ok=True)
-        # Parallelism over students, then over each student's notebooks.
-        per_student = max(1, jobs // max(1, len(everyone))) if len(everyone) < jobs else 1
 
-        def one(handin: handins.Handin) -> Graded:
-            graded = grade_handin(handin, templates, per_student, timeout_s, memory_gb)
-            score = _earned(graded, points, manual.get(handin.student, {}))
+        def say(graded: Graded) -> None:
+            score = _earned(graded, points, manual.get(graded.student, {}))
             log(
-                f"{handin.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
-                f"{len(graded.results)} exercises passed ({graded.seconds:.0f} s)"
+                f"{graded.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
+                f"{len(graded.results)} exercises passed (done at {graded.seconds:.0f} s)"
             )
-            return graded
 
-        graded = _parallel([lambda h=h: one(h) for h in everyone], jobs)
+        graded = grade_handins(everyone, templates, jobs, timeout_s, memory_gb, say)
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
         writer.writerow(["student", *items, "total"])
