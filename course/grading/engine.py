@@ -62,7 +62,12 @@ def grade_notebook(
     """
     trusted = verdict.trusted_checks()  # before any student process starts
     guard = verdict.tree_guard()
-    module = trusted[check_module(template)]
+    module = trusted.get(check_module(template))
+    if module is None:
+        why = verdict.broken_checks().get(check_module(template), "no such module")
+        return unreadable(
+            template, name, ERROR, f"the grader could not load {check_module(template)} ({why})"
+        )
     calls = check_calls(template)
     merged = merge(template, submission)
     graded = merged.notebook

@@ -61,21 +61,34 @@ class ExerciseResult:
 
 _lock = threading.Lock()
 _trusted: dict[str, ModuleType] = {}
+_broken: dict[str, str] = {}  # a checks module that failed to import -> why
 _guard: list[TreeGuard] = []
 
 
 def trusted_checks() -> dict[str, ModuleType]:
-    """Every ``course.checks`` module, imported once, before any student process starts."""
+    """Every ``course.checks`` module, imported once, before any student process starts.
+
+    A module that fails to import is left out (:func:`broken_checks` says why): its notebook is
+    graded *error* throughout, the others normally.
+    """
     with _lock:
-        if not _trusted:
+        if not _guard:
             import course.checks
 
             for info in pkgutil.iter_modules(course.checks.__path__):
                 if info.name.startswith("nb"):
-                    module = importlib.import_module(f"course.checks.{info.name}")
-                    _trusted[module.__name__] = module
+                    name = f"course.checks.{info.name}"
+                    try:
+                        _trusted[name] = importlib.import_module(name)
+                    except Exception as error:  # noqa: BLE001 - reported on its notebook's rows
+                        _broken[name] = f"{type(error).__name__}: {error}"
             _guard.append(TreeGuard())
         return _trusted
+
+
+def broken_checks() -> dict[str, str]:
+    trusted_checks()
+    return _broken
 
 
 def tree_guard() -> TreeGuard:
