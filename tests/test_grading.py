@@ -217,6 +217,8 @@ def test_check_calls_become_probes_after_a_prelude():
         ("m = __import__('course')", "dynamically"),
         ("def f(x):\n    return check.softmax", "`check` module"),
         ("check = None", "`check` module"),
+        ("f = check.softmax.__globals__['expect_close']", "`check` module"),
+        ("check._softmax_cases()", "`check` module"),
         ("import course\nf = course.checks.nb00.softmax", "uses course.checks"),
     ],
 )
@@ -230,6 +232,7 @@ def test_answers_using_the_checks_are_flagged(source, reason):
         "import torch\nfrom torch import nn\nfrom course.nn import SelfAttention",
         "from course import nn as mine\nimport course.data",
         "def checked(x):\n    checks = [x]\n    return checks",
+        "def softmax(x, dim=-1):\n    return x.softmax(dim)\n\ncheck.softmax(softmax)",
     ],
 )
 def test_honest_answers_are_not_flagged(source):

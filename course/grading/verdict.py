@@ -120,6 +120,15 @@ def forbidden(source: str) -> list[str]:
     except SyntaxError:
         return []
     reasons = []
+    # ``check.softmax(softmax)`` copied into an answer cell is a student running the check, fine.
+    calls = {
+        id(node.func.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and not node.func.attr.startswith("_")
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             reasons += [f"imports {a.name}" for a in node.names if _forbidden_name(a.name)]
@@ -144,7 +153,7 @@ def forbidden(source: str) -> list[str]:
             dotted = _dotted(node)
             if dotted and _forbidden_name(dotted):
                 reasons.append(f"uses {dotted}")
-        elif isinstance(node, ast.Name) and node.id == "check":
+        elif isinstance(node, ast.Name) and node.id == "check" and id(node) not in calls:
             reasons.append("uses the notebook's `check` module")
     return sorted(set(reasons))
 
