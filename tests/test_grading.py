@@ -459,3 +459,34 @@ def test_environment_of_the_student_process_is_offline_and_clean():
     assert kernel.OFFLINE_ENV["HF_HUB_OFFLINE"] == "1"
     assert "COURSE_CHECK_REPLAY_EVERYWHERE" in kernel.DROPPED_ENV
     assert os.environ.get(kernel.RESTORE_ENV) == "0"  # set for every test of this module
+
+
+WORKER = """
+import sys
+from course.grading import kernel, verdict
+snapshot = kernel._files(kernel.COURSE)  # as the main process took it
+path = kernel.COURSE / "checks" / "nb00.py"
+path.write_text(path.read_text() + "\\nFORGED = True\\n")  # a student elsewhere, meanwhile
+try:
+    verdict.trusted_checks(snapshot)
+except RuntimeError as error:
+    print("refused:", error)
+    sys.exit(0)
+import course.checks.nb00 as nb00
+print("forged" if hasattr(nb00, "FORGED") else "clean", "FORGED" in path.read_text())
+"""
+
+
+@pytest.mark.parametrize("restore, expected", [("1", "clean False"), ("0", "refused")])
+def test_a_worker_imports_the_checks_only_from_the_main_snapshot(tmp_path, restore, expected):
+    import shutil
+    import subprocess
+
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "course", copy / "course", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(copy), **{kernel.RESTORE_ENV: restore})
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER], cwd=copy, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(expected), done.stdout

@@ -74,6 +74,7 @@ _LAZY = {
     "forbidden": "verdict",
     "gradescope_report": "verdict",
     "trusted_checks": "verdict",
+    "snapshot": "verdict",
     "write_results_json": "verdict",
 }
 
@@ -127,6 +128,7 @@ __all__ = [
     "nn_before",
     "probe_source",
     "read_notebook",
+    "snapshot",
     "trusted_checks",
     "unreadable",
     "write_results_json",

@@ -61,18 +61,37 @@ class ExerciseResult:
 
 _lock = threading.Lock()
 _trusted: dict[str, ModuleType] = {}
+_replay_lock = threading.Lock()
 _broken: dict[str, str] = {}  # a checks module that failed to import -> why
 _guard: list[TreeGuard] = []
 
 
-def trusted_checks() -> dict[str, ModuleType]:
+def snapshot() -> dict[str, bytes]:
+    """The grader's course tree, file by file: take it in the main process before any student
+    process starts, and hand it to :func:`trusted_checks` in each worker process."""
+    return dict(tree_guard().files)
+
+
+def trusted_checks(snapshot: dict[str, bytes] | None = None) -> dict[str, ModuleType]:
     """Every ``course.checks`` module, imported once, before any student process starts.
 
+    A worker process started while students' code already runs elsewhere passes the main
+    process's :func:`snapshot`: the tree on disk must match it before anything is imported (it is
+    restored when :func:`~course.grading.kernel.restoring`, else grading stops with an error).
     A module that fails to import is left out (:func:`broken_checks` says why): its notebook is
     graded *error* throughout, the others normally.
     """
     with _lock:
         if not _guard:
+            guard = TreeGuard(files=snapshot)
+            if snapshot is not None:
+                changed = guard.restore()
+                if changed and guard.restore():
+                    raise RuntimeError(
+                        "the course tree differs from the grader's snapshot before the checks "
+                        f"were imported ({', '.join(changed[:5])}); set COURSE_GRADING_RESTORE=1 "
+                        "or grade from an untouched copy"
+                    )
             import course.checks
 
             for info in pkgutil.iter_modules(course.checks.__path__):
@@ -82,7 +101,7 @@ def trusted_checks() -> dict[str, ModuleType]:
                         _trusted[name] = importlib.import_module(name)
                     except Exception as error:  # noqa: BLE001 - reported on its notebook's rows
                         _broken[name] = f"{type(error).__name__}: {error}"
-            _guard.append(TreeGuard())
+            _guard.append(guard)
         return _trusted
 
 
@@ -243,9 +262,10 @@ def verdicts(
             results.append(ExerciseResult(name, call.exercise, call.check, status, message))
             continue
         try:
-            verdict = replay(
-                check, data, seed=seed, positional=call.positional, keywords=call.keywords
-            )
+            with _replay_lock:  # course.observe keeps one session per process: one replay at once
+                verdict = replay(
+                    check, data, seed=seed, positional=call.positional, keywords=call.keywords
+                )
         except Exception as error:  # noqa: BLE001 - the replay must never take the grader down
             results.append(
                 ExerciseResult(
