@@ -566,3 +566,15 @@ def test_progress_in_a_release_grades_against_its_shipped_templates(tmp_path):
     assert done.stdout.strip().endswith("passed: 1 of 1 exercises"), (
         done.stdout + done.stderr[-2000:]
     )
+
+
+def test_progress_in_place_reads_the_templates_from_git(tmp_path):
+    # A student who edits notebooks/ in place also edits the templates: progress takes them from
+    # the last commit. Another folder keeps the templates as they are.
+    templates = classroom.notebook_paths(ROOT / "notebooks")
+    pristine = classroom.pristine_templates(ROOT / "notebooks", templates, tmp_path)
+    committed = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"HEAD:notebooks/{WELCOME}"], capture_output=True
+    ).stdout
+    assert pristine[0] == tmp_path / WELCOME and pristine[0].read_bytes() == committed
+    assert classroom.pristine_templates(tmp_path, templates, tmp_path) == templates
