@@ -141,7 +141,12 @@ def _mask_on_cpu(logits, token_ids, pad_id):
     return loss, loss.exp()
 
 
+def _pad_zero(logits, token_ids, pad_id):
+    return lm_loss(logits, token_ids, 0)  # the pad id of this notebook's tokenizer, hard-coded
+
+
 LOSS_WRONG = {
+    "pad_id 0 hard-coded": (_pad_zero, "pad_id=5"),
     "unshifted targets": (_unshifted, "position t predicts token t + 1"),
     "padding counted": (_padding_counted, "padding ignored"),
     "the inputs' padding mask": (_input_mask, "padding ignored"),
@@ -295,7 +300,13 @@ def _exp_without_shift(logits, temperature=1.0, top_k=None, top_p=None):
     return logits
 
 
+def _large_negative(logits, temperature=1.0, top_k=None, top_p=None):
+    out = filter_logits(logits, temperature, top_k, top_p)
+    return out.masked_fill(torch.isneginf(out), -1e9)  # "small enough", but not -inf
+
+
 FILTER_WRONG = {
+    "-1e9 instead of -inf": (_large_negative, "keeps"),
     "top-p drops the token that crosses p": (_drops_crossing, "the kept mass reaches p"),
     "top-k keeps exactly k despite ties": (_exactly_k, "ties"),
     "top_k larger than the vocabulary crashes": (_k_crash, "top_k=15"),
@@ -479,7 +490,22 @@ def _grad_off(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filte
     return sample(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args)
 
 
+def _stop_all_rows(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args):
+    rows, new = [list(p) for p in prompts], [[] for _ in prompts]
+    for _ in range(max_new_tokens):
+        last = _right_padded(model, rows, pad_id)
+        probs = torch.softmax(filter_logits(last, **filter_args), dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
+        for i, token in enumerate(tokens):
+            rows[i].append(token)
+            new[i].append(token)
+        if eos_id in tokens:  # one row's eos ends every row
+            break
+    return new
+
+
 SAMPLE_WRONG = {
+    "every row stops at the first eos": (_stop_all_rows, "stops after its eos"),
     "the global generator (global state)": (_global_rng, "random generator"),
     "a generator of its own": (_own_generator, "different seeds"),
     "left padding the model sees": (_left_padded, "own prompt"),
@@ -608,7 +634,18 @@ def _cpu_mask(attention, x, cache=None):
     return attention.w_o(merge_heads(out)), (k, v)
 
 
+def _prepended(attention, x, cache=None):
+    if cache is None:
+        return attend_with_cache(attention, x, None)
+    _, (k, v) = attend_with_cache(attention, x, None)
+    k, v = torch.cat([k, cache[0]], dim=2), torch.cat([v, cache[1]], dim=2)  # new ones first
+    q = split_heads(attention.w_q(x), attention.num_heads)
+    out, _ = scaled_dot_product_attention(q, k, v)
+    return attention.w_o(merge_heads(out)), (k, v)
+
+
 CACHE_WRONG = {
+    "this step's keys before the cached ones": (_prepended, "past ones unchanged"),
     "cache not appended": (_not_appended, "grows by the new tokens"),
     "the cache passed in changed (inputs untouched)": (_mutates_cache, "inputs untouched"),
     "causal mask without the offset": (_no_offset, "recomputed"),
