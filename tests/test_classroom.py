@@ -75,6 +75,21 @@ def _zip(entries: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_restore():
+    """As in test_grading: report a changed course tree, never write it back (other work may be
+    editing the repository while these tests run); the restore itself is tested there."""
+    from course.grading import kernel
+
+    before = os.environ.get(kernel.RESTORE_ENV)
+    os.environ[kernel.RESTORE_ENV] = "0"
+    yield
+    if before is None:
+        os.environ.pop(kernel.RESTORE_ENV, None)
+    else:
+        os.environ[kernel.RESTORE_ENV] = before
+
+
 # --- fast: a stand-in engine -----------------------------------------------------------------
 
 
