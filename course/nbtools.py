@@ -36,13 +36,13 @@ from pathlib import Path
 import nbformat
 
 from course import budgets
+from course.contract import ANSWER_PLACEHOLDER
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, NOTEBOOKS, NN_MODULE = ROOT / "solutions", ROOT / "notebooks", ROOT / "course" / "nn.py"
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
-ANSWER_PLACEHOLDER = "**Your answer:** *write it here.*"
 EXPORT_TAG = "#| export"
 # The slug ends at "/", ".git", a quote (also the JSON-escaped \" of a stored notebook), ")",
 # whitespace or the end of a line.
