@@ -491,3 +491,10 @@ def test_a_worker_imports_the_checks_only_from_the_main_snapshot(tmp_path, resto
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(expected), done.stdout
+
+
+def test_a_changed_course_tree_is_restored_unless_asked_not_to(monkeypatch):
+    monkeypatch.delenv(kernel.RESTORE_ENV, raising=False)
+    assert kernel.restoring()  # an instructor's grading run puts its own files back
+    monkeypatch.setenv(kernel.RESTORE_ENV, "0")
+    assert not kernel.restoring()

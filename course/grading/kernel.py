@@ -78,9 +78,9 @@ def digest(files: dict[str, bytes]) -> str:
 
 def restoring() -> bool:
     """Whether a changed course tree is restored (else only flagged)."""
-    # LEAD, TEMPORARY (session of 2026-11-23): default "0" while several people edit
-    # course/ at once; the lead sets it back to "1" before the session ends.
-    return os.environ.get(RESTORE_ENV, "0") != "0"
+    # On by default: a grader's tree is never edited while it grades. Developers who edit
+    # course/ while grading tests run set COURSE_GRADING_RESTORE=0 (the tests do).
+    return os.environ.get(RESTORE_ENV, "1") != "0"
 
 
 class TreeGuard:
