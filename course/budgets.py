@@ -57,20 +57,21 @@ STUDENT_MINUTES: dict[str, int] = {
 RUN_TIMES: dict = {
     "when": "2026-11-23",
     "where": (
-        "an otherwise idle 2-core x86-64 virtual machine, from a fresh clone with `bash .ci/run`"
+        "an otherwise idle 2-core x86-64 virtual machine (AMD EPYC, no native bf16: float32), "
+        "the session's own checkout right after `make solutions`"
     ),
-    "make_check_s": 937,  # the whole `make check` of that run
+    "make_check_s": 879,  # the whole `make check` of that run (1507 passed)
     "seconds": {
-        "00": 2.6,
-        "01": 14.4,
-        "02": 9.8,
-        "03": 13.6,
-        "04": 8.5,
-        "05": 80.8,
-        "06": 201.0,
-        "07": 168.5,
-        "08": 311.3,
-        "09": 43.5,  # not from that run: nbval, OMP_NUM_THREADS=1, load 4-6 (issue 26); re-measure
+        "00": 2.2,
+        "01": 12.5,
+        "02": 7.8,
+        "03": 10.2,
+        "04": 6.4,
+        "05": 62.3,
+        "06": 196.7,
+        "07": 172.2,
+        "08": 277.9,
+        "09": 22.2,
     },
 }
 
