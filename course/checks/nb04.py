@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from course.check import (
     CheckFailure,
@@ -34,7 +33,15 @@ from course.check import (
 )
 from course.checks.reference import is_dropout_of, sinusoid_table
 from course.observe import StudentError
-from course.properties import call, construct, expect_raises, generator, gradients, observe
+from course.properties import (
+    NoDeviceMixing,
+    call,
+    construct,
+    expect_raises,
+    generator,
+    gradients,
+    observe,
+)
 from course.properties import in_replay as _in_replay
 
 # --- shared helpers --------------------------------------------------------------------------
@@ -65,33 +72,6 @@ def _expect_rows_close(got: Any, expected: torch.Tensor, what: str, hint: str | 
     )
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors in nested lists, tuples and dicts (the arguments of one operation)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
-    return []
-
-
-class _NoDeviceMixing(TorchFunctionMode):
-    """Fails an operation that mixes tensors of two devices, as a GPU does (scalars aside).
-
-    The meta device alone lets some mixes through (``F.embedding`` of CPU indices into a meta
-    table), which a GPU refuses."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        devices = {t.device.type for t in _tensors((args, kwargs)) if t.dim() > 0}
-        if len(devices) > 1:
-            raise RuntimeError(
-                f"Expected all tensors to be on the same device, but found {sorted(devices)}"
-            )
-        return func(*args, **kwargs)
-
-
 def _on_meta(student: Any, *inputs: torch.Tensor, **options: Any) -> dict[str, Any]:
     """``student(*inputs)`` with the tensors (and a copy of a module) on the meta device.
 
@@ -101,7 +81,7 @@ def _on_meta(student: Any, *inputs: torch.Tensor, **options: Any) -> dict[str, A
         student = copy.deepcopy(student).to("meta")
     moved = [t.to("meta") for t in inputs]
     try:
-        with _NoDeviceMixing():
+        with NoDeviceMixing():
             out = student(*moved, **options)
     except (NotImplementedError, RuntimeError) as error:  # meta tensors have no data either
         return {"device": None, "error": summarise_exception(error)}
