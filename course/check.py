@@ -28,8 +28,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import sysconfig
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +36,7 @@ import torch
 
 from course import observe as obs
 from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
+from course.failure import CheckFailure, summarise_exception
 
 __all__ = [
     "ERROR",
@@ -57,15 +56,6 @@ __all__ = [
     "replay",
     "summarise_exception",
 ]
-
-
-class CheckFailure(Exception):
-    """Raised *inside* a check body when the student's result is wrong."""
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
 
 
 @dataclass
@@ -111,51 +101,6 @@ class CheckFailed(AssertionError):
         return self.result.report().splitlines()
 
 
-_CHECKER_FILES = (
-    "/course/check.py",
-    "/course/checks/",
-    "/course/observe.py",
-    "/course/properties.py",
-)
-_LIBRARY_DIRS = tuple(
-    {
-        path.replace("\\", "/").rstrip("/") + "/"
-        for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        if (path := sysconfig.get_paths().get(key))
-    }
-)
-
-
-def _is_checker(filename: str) -> bool:
-    name = filename.replace("\\", "/")
-    return any(part in name for part in _CHECKER_FILES)
-
-
-def _is_library(filename: str) -> bool:
-    name = filename.replace("\\", "/")
-    return name.startswith(_LIBRARY_DIRS) or "/site-packages/" in name
-
-
-def summarise_exception(exc: BaseException, what: str | None = None) -> str:
-    """`ValueError: ... (in `forward`, line 3: `x = y @ z`)` from a student's exception.
-
-    The location is the student's own line: the last frame that is neither in the checker nor
-    inside an installed library (torch, the standard library), so that an error raised deep
-    inside ``F.linear`` or ``Module._call_impl`` points at the call the student wrote. With no
-    such frame (a wrong signature fails on the call itself) it names the observed call ``what``.
-    """
-    frames = traceback.extract_tb(exc.__traceback__)
-    outside = [f for f in frames if not _is_checker(f.filename)]
-    own = [f for f in outside if not _is_library(f.filename)] or outside
-    where = ""
-    if own:
-        frame = own[-1]
-        where = f" (in `{frame.name}`, line {frame.lineno}: `{(frame.line or '').strip()}`)"
-    elif what:  # raised on the call itself (a wrong signature)
-        where = f" (when the check called your code for: {what})"
-    return f"your code raised {type(exc).__name__}: {exc}{where}"
-
-
 def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> CheckResult:
     """Run ``body`` in the current observation session; turn how it ended into a result."""
     exercise, title, hint = check.exercise, check.title, check.hint
@@ -188,11 +133,18 @@ class ReplayDisagrees(AssertionError):
 
 
 def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult:
-    probed, record = probe(check, *args, **kwargs)
+    """The verdict of the notebook (local) must be the verdict of the trusted replay of a probe.
+
+    The probe itself decides nothing (the student's process computes no answer), so it is the
+    local run that the replay is compared with.
+    """
+    with obs.session(obs.LOCAL):
+        local = _evaluate(check, check.body, args, kwargs)
+    _, record = probe(check, *args, **kwargs)
     replayed = replay(check, record, positional=len(args), keywords=tuple(kwargs))
-    if (probed.status, probed.message) != (replayed.status, replayed.message):
+    if (local.status, local.message) != (replayed.status, replayed.message):
         raise ReplayDisagrees(
-            f"{check.exercise}: the student's side says {probed.status} ({probed.message!r}) "
+            f"{check.exercise}: the notebook says {local.status} ({local.message!r}) "
             f"but the trusted replay says {replayed.status} ({replayed.message!r})"
         )
     return replayed
@@ -238,8 +190,9 @@ def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int
 def probe(check: Callable, *args: Any, seed: int = 0, **kwargs: Any) -> tuple[CheckResult, bytes]:
     """Run ``check`` on the student's objects while recording every observation.
 
-    Returns the result as the student's process sees it (for its feedback) and the record as
-    bytes for the grader. Nothing in the result is trusted: :func:`replay` decides.
+    Returns the result as the student's process sees it and the record as bytes for the grader.
+    A check written as a spec (:mod:`course.spec`) computes no reference and judges nothing here,
+    so that result says only whether the student's code ran: :func:`replay` decides.
     """
     with obs.session(obs.PROBE, seed) as state:
         result = _evaluate(check, check.body, args, kwargs)

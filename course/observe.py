@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from course.failure import CheckFailure, summarise_exception
+
 LOCAL, PROBE, REPLAY = "local", "probe", "replay"
 MAX_RECORD_BYTES = 64 * 1024**2  # a probe record larger than this is refused on reading
 
@@ -109,18 +111,47 @@ def generator(offset: int = 0, device: str | torch.device = "cpu") -> torch.Gene
 # --- plain data ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Foreign:
+    """A value whose type plain data would erase (a NumPy array or scalar, an ``int`` subclass):
+    the name of its type and its value as plain data, so the check sees the type it really was."""
+
+    type_name: str
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} {self.value!r}>"
+
+
+_EXACT = (type(None), bool, int, float, str)
+
+
+def type_name(value: Any) -> str:
+    """``numpy.ndarray``, ``torch.Tensor``, ``float``: how a message names a value's type."""
+    if isinstance(value, Foreign):
+        return value.type_name
+    kind = type(value)
+    if kind.__module__ in ("builtins", "torch"):
+        return "torch.Tensor" if isinstance(value, torch.Tensor) else kind.__name__
+    return f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+
+
 def to_plain(value: Any) -> Any:
     """``value`` as plain data: tensors detached and copied to the CPU, containers rebuilt.
 
-    Raises :class:`NotPlainData` for anything else (a module, a function): a check must turn such
+    Types are kept as they were: a NumPy array or scalar, or a subclass of ``int``/``float``,
+    becomes :class:`Foreign` (never a tensor or a Python number), so a check that states "a
+    Python float" or "a torch.Tensor" sees what the student's code really returned. Raises
+    :class:`NotPlainData` for anything else (a module, a function): a check must turn such
     objects into data (a state dict, an output) inside the observed call.
     """
-    if value is None or isinstance(value, bool | int | float | str):
+    if type(value) in _EXACT:
         return value
     if isinstance(value, torch.Tensor):
         if value.device.type == "meta":
             raise NotPlainData("a tensor on the meta device has no data; observe its .device")
-        return value.detach().to("cpu", copy=True).contiguous()
+        plain = value.detach().to("cpu", copy=True).contiguous()
+        return plain if type(plain) is torch.Tensor else plain.as_subclass(torch.Tensor)
     if isinstance(value, torch.Size):
         return tuple(int(v) for v in value)
     if isinstance(value, torch.dtype | torch.device):
@@ -129,12 +160,18 @@ def to_plain(value: Any) -> Any:
         import numpy as np
 
         if isinstance(value, np.ndarray):
-            return torch.from_numpy(np.ascontiguousarray(value)).clone()
+            array = torch.from_numpy(np.ascontiguousarray(value)).clone()
+            return Foreign(type_name(value), array)
         if isinstance(value, np.generic):
-            return value.item()
-    if isinstance(value, tuple | list):
+            return Foreign(type_name(value), value.item())
+    if isinstance(value, bool | int | float | str):  # a subclass (an enum, numpy.float64)
+        base = next(t for t in (bool, int, float, str) if isinstance(value, t))
+        return Foreign(type_name(value), base(value))
+    if type(value) in (tuple, list):
         items = [to_plain(v) for v in value]
         return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # torch.return_types, NamedTuple
+        return tuple(to_plain(v) for v in value)
     if isinstance(value, set | frozenset):
         return {to_plain(v) for v in value}
     if isinstance(value, dict):
@@ -147,6 +184,8 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
         return {"float": repr(value)}
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if isinstance(value, Foreign):
+        return {"foreign": [value.type_name, _encode_tree(value.value, tensors)]}
     if isinstance(value, torch.Tensor):
         key = str(len(tensors))
         tensors[key] = value
@@ -166,7 +205,7 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     raise NotPlainData(f"cannot encode a {type(value).__name__}")
 
 
-_HASHABLE = (type(None), bool, int, float, str, tuple)
+_HASHABLE = (type(None), bool, int, float, str, tuple, Foreign)
 
 
 def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) -> Any:
@@ -179,6 +218,8 @@ def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) ->
     ((tag, body),) = node.items()
     if tag == "float" and body in ("nan", "inf", "-inf"):
         return float(body)
+    if tag == "foreign" and isinstance(body, list) and len(body) == 2 and isinstance(body[0], str):
+        return Foreign(body[0][:200], _decode_tree(body[1], tensors, depth + 1))
     if tag == "tensor" and isinstance(body, str) and body in tensors:
         return tensors[body]
     if tag in ("list", "tuple", "set") and isinstance(body, list):
@@ -322,8 +363,6 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
     any other exception becomes :class:`StudentError` with the summary of what the student's
     code raised.
     """
-    from course.check import CheckFailure, summarise_exception
-
     state = _session
     index = state.cursor
     state.cursor += 1
@@ -367,8 +406,6 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
 
 
 def _raise_or_return(observation: Observation) -> Any:
-    from course.check import CheckFailure
-
     if observation.side_effects:
         changed = "; ".join(_STATE_MESSAGES.get(e, e) for e in observation.side_effects)
         raise CheckFailure(

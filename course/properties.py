@@ -332,3 +332,272 @@ def observe_gradients(
             return {"output": None, "inputs": [None] * len(inputs), "parameters": {}}
 
     return observe(what, run)
+
+
+# --- the properties a spec declares (applied by course.spec's runner) -----------------------
+
+from course.observe import type_name  # noqa: E402 - grouped with the spec properties
+from course.virtual import DeviceMixed, run_on_virtual  # noqa: E402
+
+
+def tolerance(dtype: torch.dtype, strict: bool = False) -> dict[str, float]:
+    """What a dtype allows. float64 is held to float64 precision only when the exercise text asks
+    for it (``strict``); otherwise a right answer computed in float32 inside passes too."""
+    if dtype == torch.float64 and strict:
+        return {"atol": 1e-10, "rtol": 1e-8}
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"atol": 1e-2, "rtol": 1e-2}
+    return {"atol": 1e-5, "rtol": 1e-4}
+
+
+def _leaf_type(value: Any) -> str:
+    return "torch.Tensor" if isinstance(value, torch.Tensor) else type_name(value)
+
+
+def expect_result(
+    got: Any, expected: Any, what: str, hint: str | None = None, strict: bool = False
+) -> None:
+    """The stated result: the same type at every leaf (a Python float is not a NumPy float, a
+    list of ints is not a tensor), the same container shape, tensors of the same dtype and shape,
+    values within :func:`tolerance` (NaN where the reference has NaN, and nowhere else)."""
+    if isinstance(expected, tuple | list):
+        expect(
+            isinstance(got, tuple | list) and (isinstance(expected, tuple) or type(got) is list),
+            f"{what} returned a {_leaf_type(got)}, but the exercise text says a "
+            f"{type(expected).__name__} of {len(expected)} (the property violated: the stated "
+            "return type).",
+            hint,
+        )
+        expect(
+            len(got) == len(expected),
+            f"{what} returned {len(got)} values, expected {len(expected)} (the property violated: "
+            "the stated return type).",
+            hint,
+        )
+        for i, (mine, theirs) in enumerate(zip(got, expected, strict=True)):
+            label = what if len(expected) == 1 else f"{what}, item {i}"
+            expect_result(mine, theirs, label, hint, strict)
+        return
+    if isinstance(expected, dict):
+        expect(
+            isinstance(got, dict) and got.keys() == expected.keys(),
+            f"{what} returned {_leaf_type(got)} with keys {sorted(map(str, got)) if isinstance(got, dict) else '-'}, "
+            f"expected a dict with keys {sorted(map(str, expected))} (the property violated: the "
+            "stated return type).",
+            hint,
+        )
+        for name in expected:
+            expect_result(got[name], expected[name], f"{what}[{name!r}]", hint, strict)
+        return
+    expect(
+        _leaf_type(got) == _leaf_type(expected),
+        f"{what} returned a {_leaf_type(got)}, but the exercise text says a "
+        f"{_leaf_type(expected)} (the property violated: the stated return type).",
+        hint,
+    )
+    if isinstance(expected, torch.Tensor):
+        _expect_tensor(got, expected, what, hint, strict)
+    elif isinstance(expected, float):
+        bound = tolerance(torch.float64, strict)
+        both_nan = got != got and expected != expected
+        expect(
+            both_nan or abs(got - expected) <= bound["atol"] + bound["rtol"] * abs(expected),
+            f"{what} is {got!r}, expected {expected!r}.",
+            hint,
+        )
+    else:
+        expect(got == expected, f"{what} is {got!r}, expected {expected!r}.", hint)
+
+
+def _expect_tensor(
+    got: torch.Tensor, expected: torch.Tensor, what: str, hint: str | None, strict: bool
+) -> None:
+    expect(
+        tuple(got.shape) == tuple(expected.shape),
+        f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}.",
+        hint,
+    )
+    expect(
+        got.dtype == expected.dtype,
+        f"{what} has dtype {got.dtype}, expected {expected.dtype} (the property violated: the "
+        "stated dtype).",
+        hint,
+    )
+    if not (expected.is_floating_point() or expected.is_complex()):
+        if not torch.equal(got, expected):
+            index = tuple(int(i) for i in (got != expected).nonzero()[0])
+            raise CheckFailure(
+                f"{what} is wrong at index {index}: yours {got[index].tolist()}, expected "
+                f"{expected[index].tolist()}.",
+                hint,
+            )
+        return
+    overflow = ~torch.isfinite(got) & torch.isfinite(expected)
+    if overflow.any():
+        first = tuple(int(i) for i in overflow.nonzero()[0])
+        raise CheckFailure(
+            f"{what} has {got[first].item()} at index {first} where the reference is "
+            f"{expected[first].item():.6g} (the property violated: numeric range).",
+            hint,
+        )
+    nan_mismatch = torch.isnan(got) != torch.isnan(expected)
+    if nan_mismatch.any():
+        first = tuple(int(i) for i in nan_mismatch.nonzero()[0])
+        raise CheckFailure(
+            f"{what} has a number where the reference has NaN (first at index {first}).",
+            hint,
+        )
+    bound = tolerance(expected.dtype, strict)
+    if torch.allclose(got, expected, equal_nan=True, **bound):
+        return
+    diff = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
+    diff[torch.isnan(expected)] = 0
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    raise CheckFailure(
+        f"{what} differs from the reference: largest difference {diff.max().item():.3g} at "
+        f"index {index} (yours {got[index].item():.6g}, expected {expected[index].item():.6g}).",
+        hint,
+    )
+
+
+def on_device(
+    what: str,
+    function: Callable[..., Any],
+    args: tuple = (),
+    kwargs: dict | None = None,
+    modules: tuple = (),
+) -> dict[str, Any]:
+    """The device property, observed: ``function`` run with its tensors and ``modules`` on a
+    second device that computes real values (:mod:`course.virtual`). Returns where each result
+    tensor lives and what the code raised there, if anything."""
+
+    def run() -> dict[str, Any]:
+        try:
+            _, where = run_on_virtual(function, args, kwargs, modules)
+        except NotImplementedError:
+            raise
+        except (DeviceMixed, TypeError, RuntimeError) as error:
+            return {"devices": [], "error": f"{type(error).__name__}: {error}"}
+        return {"devices": where, "error": None}
+
+    return observe(what, run, random=True)
+
+
+DEVICE_HINT = (
+    "Every tensor your code creates must live on the device of its inputs: `device=x.device`, "
+    "`torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as buffers so `.to(device)` "
+    "moves them; never go through NumPy or `.cpu()` on the way to the output."
+)
+
+
+def expect_device(what: str, observed: dict[str, Any], hint: str | None = None) -> None:
+    """Fail unless the run on the second device raised nothing and left every result there."""
+    error = observed.get("error")
+    expect(
+        error is None,
+        f"{what}: on another device (a GPU, or here a test device) your code failed with "
+        f"{error} (the property violated: device; the same inputs on the CPU worked).",
+        hint or DEVICE_HINT,
+    )
+    devices = observed.get("devices") or []
+    expect(
+        all(d == "virtual" for d in devices),
+        f"{what}: given inputs on another device, your code returned a tensor on the CPU (the "
+        "property violated: device). On a GPU the next operation would fail.",
+        hint or DEVICE_HINT,
+    )
+
+
+def expect_gradients(
+    what: str,
+    got: dict[str, Any],
+    expected: dict[str, Any],
+    names: Sequence[str],
+    hint: str | None = None,
+) -> None:
+    """Every named gradient (``inputs`` by position, then ``parameters`` by name) reaches and
+    equals the reference's: the property "gradients"."""
+    pairs = list(zip(names, got["inputs"], expected["inputs"], strict=False))
+    pairs += [(n, got["parameters"].get(n), g) for n, g in expected["parameters"].items()]
+    for name, mine, theirs in pairs:
+        if theirs is None:
+            continue
+        expect(
+            isinstance(mine, torch.Tensor),
+            f"{what}: no gradient reaches `{name}` (the property violated: gradients); training "
+            "could not learn what produces it.",
+            hint
+            or "Compute with differentiable torch operations; no .detach(), .item(), NumPy "
+            "or torch.no_grad() on the way to the output.",
+        )
+        expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})", hint)
+
+
+def expect_parameters(
+    what: str, got: dict[str, Any], declared: dict[str, tuple[int, ...]], hint: str | None = None
+) -> None:
+    """The trainable parameters are exactly those the exercise text names, with their shapes:
+    none missing, none extra (an extra one would be trained although the text has no such
+    weight)."""
+    names = set(got)
+    missing = sorted(set(declared) - names)
+    extra = sorted(names - set(declared))
+    expect(
+        not missing,
+        f"{what} has no trainable parameter {', '.join(f'`{n}`' for n in missing)} (what it has: "
+        f"{', '.join(f'`{n}`' for n in sorted(names)) or 'none'}). The check reads each layer "
+        "by the name the exercise gives it.",
+        hint or "Keep the sub-modules, names and layer types that the exercise describes.",
+    )
+    expect(
+        not extra,
+        f"{what} has trainable parameters the exercise does not describe: "
+        f"{', '.join(f'`{n}`' for n in extra)} (the property violated: the parameters the text "
+        "names; an extra one would be trained too).",
+        hint or "Build only the layers the exercise describes; a fixed table is a buffer.",
+    )
+    for name, shape in declared.items():
+        expect(
+            tuple(got[name]) == tuple(shape),
+            f"{what}: `{name}` has shape {tuple(got[name])}, expected {tuple(shape)}.",
+            hint,
+        )
+
+
+def expect_same_in_modes(what: str, train: Any, evaluation: Any, hint: str | None = None) -> None:
+    """Where the text says training mode changes nothing (no dropout, or dropout 0), the output
+    in ``train()`` equals the output in ``eval()``: the property "training mode"."""
+    try:
+        expect_result(train, evaluation, f"{what} in train() mode", hint)
+    except CheckFailure as failure:
+        raise CheckFailure(
+            f"{failure.message} Training mode changed the result although the exercise says it "
+            "changes nothing here (the property violated: training mode: a dropout or a random "
+            "draw the text does not describe).",
+            failure.hint,
+        ) from None
+
+
+def expect_modes_reach(what: str, modes_in_train: dict[str, bool]) -> None:
+    """``train()`` reaches every sub-module (no sub-module kept in eval mode, no flag forced)."""
+    stuck = [name for name, training in modes_in_train.items() if not training]
+    expect(
+        not stuck,
+        f"{what}: after .train(), {', '.join(f'`{n}`' for n in stuck)} stayed in eval mode (the "
+        "property violated: training mode, in every sub-module).",
+        "Register sub-modules as attributes (or nn.ModuleList), and never set `.training` by "
+        "hand: .train() and .eval() must reach all of them.",
+    )
+
+
+def expect_reproducible(what: str, second: Any, first: Any) -> None:
+    """Randomness only from the given generator: the same seed gives the same result."""
+    try:
+        expect_result(second, first, what)
+    except CheckFailure as failure:
+        raise CheckFailure(
+            f"{what}: two generators seeded alike gave different results ({failure.message}) "
+            "(the property violated: randomness only from the given generator).",
+            "Pass the generator to every random draw (`generator=`); never use torch's global "
+            "random functions without it.",
+        ) from None

@@ -1,0 +1,67 @@
+"""How a check says "wrong": the failure it raises, and the student's exception in one line.
+
+Kept apart from :mod:`course.check` so that :mod:`course.observe` (which the check framework
+imports) can use them without an import circle.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+import traceback
+
+
+class CheckFailure(Exception):
+    """Raised *inside* a check body when the student's result is wrong."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+_CHECKER_FILES = (
+    "/course/check.py",
+    "/course/checks/",
+    "/course/observe.py",
+    "/course/properties.py",
+    "/course/spec.py",
+    "/course/virtual.py",
+    "/course/failure.py",
+)
+_LIBRARY_DIRS = tuple(
+    {
+        path.replace("\\", "/").rstrip("/") + "/"
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+)
+
+
+def _is_checker(filename: str) -> bool:
+    name = filename.replace("\\", "/")
+    return any(part in name for part in _CHECKER_FILES)
+
+
+def _is_library(filename: str) -> bool:
+    name = filename.replace("\\", "/")
+    return name.startswith(_LIBRARY_DIRS) or "/site-packages/" in name
+
+
+def summarise_exception(exc: BaseException, what: str | None = None) -> str:
+    """`ValueError: ... (in `forward`, line 3: `x = y @ z`)` from a student's exception.
+
+    The location is the student's own line: the last frame that is neither in the checker nor
+    inside an installed library (torch, the standard library), so that an error raised deep
+    inside ``F.linear`` or ``Module._call_impl`` points at the call the student wrote. With no
+    such frame (a wrong signature fails on the call itself) it names the observed call ``what``.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    outside = [f for f in frames if not _is_checker(f.filename)]
+    own = [f for f in outside if not _is_library(f.filename)] or outside
+    where = ""
+    if own:
+        frame = own[-1]
+        where = f" (in `{frame.name}`, line {frame.lineno}: `{(frame.line or '').strip()}`)"
+    elif what:  # raised on the call itself (a wrong signature)
+        where = f" (when the check called your code for: {what})"
+    return f"your code raised {type(exc).__name__}: {exc}{where}"

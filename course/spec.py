@@ -1,0 +1,473 @@
+"""Every check a spec: an exercise's contract declared once, as data; one runner applies it.
+
+A spec says what the exercise text says, nothing more:
+
+* the signature, as the course itself calls it (``params``, ``defaults``, the call ``forms``:
+  positional as later notebooks call it, by keyword, with the defaults left out);
+* the reference, which *is* the stated result: its return type, dtype, shape and device are
+  what the student's result must have (a Python float, a list of ints, a 0-dim tensor...);
+* the inputs it must leave untouched, its randomness (none; only from a given generator;
+  torch's global generator), its gradients;
+* for a module: the constructor, the parameters the text names (names and shapes), the
+  behaviour in ``train()`` (the same as ``eval()`` unless the text describes randomness);
+* the case table (:class:`Case`), drawn from :func:`course.observe.generator`.
+
+:func:`check` turns a spec into the notebook-facing check. Its runner applies every declared
+property to every case, in one order, with the messages of :mod:`course.properties` (the only
+place a property and its message are written):
+
+1. the call in every form (``properties.call``: inputs untouched, global state unchanged);
+2. the stated result (``properties.expect_result``: type observed before any conversion, dtype,
+   shape, values at the tolerance the dtype allows, or float64's when the case is ``strict``);
+3. the spec's own properties (:class:`Property`: observations, then a judgement);
+4. gradients of the declared inputs (and a module's parameters) against the reference's;
+5. ``train()`` against ``eval()`` for a module whose text describes no randomness;
+6. the device: every case again on a second device that computes real values
+   (:mod:`course.virtual`), in training and evaluation mode: "undecided" does not exist.
+
+**No answer in the student's process.** While grading, the student's process only *observes*
+(``probe`` mode): the runner makes the same observations in the same order and computes no
+reference, no expected value and no comparison there (:func:`judging` is false). The grader's
+trusted process replays the observations and judges. A spy on the comparison helpers in the
+student's process sees nothing but the student's own results.
+
+Worked example (notebook 00's softmax; ``tests/test_spec.py`` runs it through probe and replay)::
+
+    softmax = check(Spec(
+        exercise="Exercise 0.1", title="numerically stable softmax", name="softmax",
+        params=("x", "dim"), defaults={"dim": -1},
+        reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
+        cases=lambda: [Case("a random (4, 7) tensor", {"x": torch.randn(4, 7, generator=generator())})],
+        gradients=("x",),
+    ))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from course import properties as prop
+from course.check import exercise_check
+from course.observe import PROBE, StudentError, current, observe
+
+POSITIONAL, KEYWORD, DEFAULTS = "positional", "keyword", "defaults"
+NONE, GLOBAL = "none", "global"  # randomness; any other value names the generator parameter
+
+
+def judging() -> bool:
+    """True where a verdict is decided (the notebook, the tests, the grader's trusted replay);
+    false in the student's process while grading, which must compute no answer."""
+    return current().mode != PROBE
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of a case table: the inputs by parameter name, in words for the messages."""
+
+    what: str
+    inputs: Mapping[str, Any]
+    hint: str | None = None
+    strict: bool = False  # the text asks for float64 precision: compare at float64's tolerance
+    grad: bool = False  # compare the gradients of the spec's ``gradients`` on this case
+    device: bool = True  # run this case again on the second device
+
+
+@dataclass(frozen=True)
+class Property:
+    """A property of the exercise's text that the result alone does not show (a blocked key gets
+    exactly 0, causality, padding invariance...). ``observe(student, case, call)`` makes the
+    observations it needs (``call(inputs)`` calls the student's code as the spec does) and
+    returns them as plain data; ``judge(case, observed, result)`` decides, on the trusted side
+    only. Write both in :mod:`course.properties`, with the message."""
+
+    name: str
+    judge: Callable[[Case, Any, Any], None]
+    observe: Callable[[Any, Case, Callable[[Mapping[str, Any]], Any]], Any] | None = None
+    applies: Callable[[Case], bool] = lambda case: True
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A function's contract. ``reference(**inputs)`` is the stated result."""
+
+    exercise: str
+    title: str
+    name: str
+    params: tuple[str, ...]
+    reference: Callable[..., Any]
+    cases: Callable[[], Sequence[Case]]
+    hint: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
+    untouched: bool = True
+    random: str = NONE
+    gradients: tuple[str, ...] = ()
+    properties: tuple[Property, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Build:
+    """One construction of a module: its constructor arguments and the forward cases."""
+
+    what: str
+    inputs: Mapping[str, Any]
+    cases: Callable[[], Sequence[Case]]
+    deterministic: bool = True  # train() computes the same as eval() (no dropout described)
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """A module's contract: constructor, the parameters the text names, forward, reference.
+
+    ``parameters(build)`` gives ``{name: shape}`` of every trainable parameter the text names;
+    the runner loads *the check's own* random weights into them (so all-zero or copied weights
+    cannot pass) and ``reference(build, weights, **inputs)`` computes the stated result with the
+    same weights. ``buffers`` names buffers the reference also needs (read from the module)."""
+
+    exercise: str
+    title: str
+    name: str
+    init: tuple[str, ...]
+    forward: tuple[str, ...]
+    builds: Callable[[], Sequence[Build]]
+    parameters: Callable[[Build], Mapping[str, tuple[int, ...]]]
+    reference: Callable[..., Any]
+    hint: str | None = None
+    init_defaults: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
+    init_forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
+    gradients: tuple[str, ...] = ()
+    properties: tuple[Property, ...] = ()
+    output: Callable[[Any], Any] = lambda result: result  # the tensor gradients flow from
+    seed: int = 0
+
+
+# --- calling as the course calls ------------------------------------------------------------
+
+
+def arrange(
+    params: Sequence[str], defaults: Mapping[str, Any], inputs: Mapping[str, Any], form: str
+) -> tuple[tuple, dict, str]:
+    """Positional and keyword arguments of one call form, and the call written out."""
+    given = [p for p in params if p in inputs]
+    if form == DEFAULTS:
+        given = [p for p in given if not (p in defaults and _same_default(inputs[p], defaults[p]))]
+    if form == POSITIONAL:
+        args, kwargs = tuple(inputs[p] for p in given), {}
+    else:  # the first parameter positionally, the rest by name
+        args = (inputs[given[0]],) if given else ()
+        kwargs = {p: inputs[p] for p in given[1:]}
+    shown = [_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in kwargs.items()]
+    return args, kwargs, ", ".join(shown)
+
+
+def _same_default(value: Any, default: Any) -> bool:
+    if isinstance(value, torch.Tensor) or isinstance(default, torch.Tensor):
+        return value is default
+    return type(value) is type(default) and value == default
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        dtype = "" if value.dtype in (torch.float32, torch.int64) else f" {value.dtype}"
+        return f"<{tuple(value.shape)}{dtype}>"
+    text = repr(value)
+    return text if len(text) <= 30 else f"<{type(value).__name__}>"
+
+
+def _forms(
+    forms: Sequence[str], params: Sequence[str], defaults: Mapping, inputs: Mapping
+) -> list[str]:
+    """The distinct call forms for these inputs (a one-argument call has a single form)."""
+    seen, out = set(), []
+    for form in forms:
+        key = arrange(params, defaults, inputs, form)[2]
+        if key not in seen:
+            seen.add(key)
+            out.append(form)
+    return out
+
+
+def _call(
+    what: str, function: Any, args: tuple, kwargs: dict, names: Sequence[str], random: bool
+) -> Any:
+    try:
+        return prop.call(what, function, *args, random=random, names=names, **kwargs)
+    except StudentError as error:
+        raise prop.CheckFailure(f"on {what}, {error.message}") from None
+
+
+# --- the runner: functions ------------------------------------------------------------------
+
+
+def run_function(spec: Spec, student: Callable[..., Any]) -> None:
+    """Apply every property of ``spec`` to ``student`` (see the module's docstring)."""
+    cases = list(spec.cases())
+    random = spec.random == GLOBAL
+    for case in cases:
+        results = []
+        for form in _forms(spec.forms, spec.params, spec.defaults, case.inputs):
+            args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form)
+            what = f"{spec.name}({shown}) on {case.what}"
+            got = _call(what, student, args, kwargs, spec.params, random)
+            results.append((what, got))
+        expected = spec.reference(**case.inputs) if judging() else None
+        if judging():
+            for what, got in results:
+                prop.expect_result(got, expected, what, case.hint or spec.hint, case.strict)
+        _properties(spec.properties, student, case, expected, lambda inputs: student(**inputs))
+        if case.grad and spec.gradients:
+            _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
+        if spec.random not in (NONE, GLOBAL):
+            _reproducible(spec, student, case)
+    for case in (c for c in cases if c.device):
+        args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, spec.forms[0])
+        what = f"{spec.name}({shown}) on {case.what}, on another device"
+        observed = prop.on_device(what, student, args, kwargs)
+        if judging():
+            prop.expect_device(what, observed)
+
+
+def _properties(
+    properties: Sequence[Property],
+    student: Any,
+    case: Case,
+    expected: Any,
+    call: Callable[[Mapping[str, Any]], Any],
+) -> None:
+    for item in properties:
+        if not item.applies(case):
+            continue
+        observed = item.observe(student, case, call) if item.observe else None
+        if judging():
+            item.judge(case, observed, expected)
+
+
+def _first_tensor(result: Any) -> Any:
+    if isinstance(result, tuple | list) and result:
+        return _first_tensor(result[0])
+    return result
+
+
+def _gradients(
+    spec: Any,
+    case: Case,
+    forward: Callable,
+    reference: Callable,
+    pick: Callable[[Any], Any],
+    parameters: Callable[[], dict] | None = None,
+    reference_parameters: dict | None = None,
+) -> None:
+    names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
+    others = {k: v for k, v in case.inputs.items() if k not in names}
+    what = f"gradients of {spec.name} on {case.what}"
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        return pick(forward(**dict(zip(names, tensors, strict=True)), **others))
+
+    inputs = [case.inputs[n] for n in names]
+    got = prop.observe_gradients(what, run, inputs, parameters)
+    if judging():
+
+        def ref(*tensors: torch.Tensor) -> torch.Tensor:
+            return pick(reference(**dict(zip(names, tensors, strict=True)), **others))
+
+        expected = prop.gradients(ref, inputs, reference_parameters)
+        prop.expect_gradients(what, got, expected, names)
+
+
+def _reproducible(spec: Spec, student: Callable[..., Any], case: Case) -> None:
+    """Randomness only from the given generator: two generators seeded alike, same result."""
+    name = spec.random
+    results = []
+    for attempt in range(2):
+        inputs = dict(case.inputs)
+        inputs[name] = torch.Generator().manual_seed(1234)
+        args, kwargs, shown = arrange(spec.params, spec.defaults, inputs, KEYWORD)
+        what = f"{spec.name}({shown}) on {case.what}, generator seeded 1234 (call {attempt + 1})"
+        results.append((what, _call(what, student, args, kwargs, spec.params, False)))
+    if judging():
+        prop.expect_reproducible(results[1][0], results[1][1], results[0][1])
+
+
+# --- the runner: modules --------------------------------------------------------------------
+
+
+def _state(module: nn.Module) -> dict[str, Any]:
+    return {
+        "parameters": {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad},
+        "buffers": {n: b for n, b in module.named_buffers()},
+    }
+
+
+def weights_for(shapes: Mapping[str, tuple[int, ...]], offset: int = 0) -> dict[str, torch.Tensor]:
+    """The check's own weights: seeded, of the declared shapes, scaled like an initialisation."""
+    g = prop.generator(50_000 + offset)
+    out = {}
+    for name, shape in shapes.items():
+        fan_in = shape[-1] if len(shape) > 1 else max(shape[0], 1)
+        out[name] = torch.randn(*shape, generator=g) / fan_in**0.5
+    return out
+
+
+def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
+    """Apply every property of ``spec`` to ``student_class`` (see the module's docstring)."""
+    for b, build in enumerate(spec.builds()):
+        declared = dict(spec.parameters(build))
+        weights = weights_for(declared, b)
+        forms = _forms(spec.init_forms, spec.init, spec.init_defaults, build.inputs)
+        for f, form in enumerate(forms):
+            args, kwargs, shown = arrange(spec.init, spec.init_defaults, build.inputs, form)
+            made = f"{spec.name}({shown})"
+            module = _construct(made, student_class, args, kwargs)
+            state = observe(f"{made}: parameters and buffers", lambda m=module: _state(m))
+            if judging():
+                prop.expect_parameters(made, state["parameters"], declared, spec.hint)
+            observe(
+                f"{made}: load the check's weights",
+                lambda m=module, w=weights: _load(m, w) and None,
+            )
+            cases = list(build.cases())
+            _module_cases(spec, build, module, made, cases, weights, state, first=f == 0)
+
+
+def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
+    try:
+        module, _ = prop.construct(what, cls, *args, **kwargs)
+    except StudentError as error:
+        raise prop.CheckFailure(f"on {what}, {error.message}") from None
+    return module
+
+
+def _load(module: nn.Module, weights: Mapping[str, torch.Tensor]) -> bool:
+    with torch.no_grad():
+        named = dict(module.named_parameters())
+        for name, value in weights.items():
+            named[name].copy_(value.to(named[name].dtype))
+    return True
+
+
+def _module_cases(
+    spec: ModuleSpec,
+    build: Build,
+    module: Any,
+    made: str,
+    cases: list[Case],
+    weights: dict,
+    state: dict,
+    first: bool,
+) -> None:
+    buffers = state["buffers"]
+
+    def reference(params: Mapping[str, torch.Tensor], **inputs: Any) -> Any:
+        return spec.reference(build, params, buffers, **inputs)
+
+    observe(f"{made}.eval()", lambda: module.eval() and None)
+    for case in cases:
+        results = []
+        for form in _forms(spec.forms, spec.forward, spec.defaults, case.inputs):
+            args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, form)
+            what = f"{made}({shown}) on {case.what}"
+            results.append((what, _call(what, module, args, kwargs, spec.forward, False)))
+        expected = reference(weights, **case.inputs) if judging() else None
+        if judging():
+            for what, got in results:
+                prop.expect_result(got, expected, what, case.hint or spec.hint, case.strict)
+        _properties(spec.properties, module, case, expected, lambda inputs: module(**inputs))
+    if not first or not cases:
+        return
+    case = cases[0]
+    args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, spec.forms[0])
+    what = f"{made}({shown}) on {case.what}"
+    trained = observe(
+        f"{what} in train() mode", lambda: _in_train(module, args, kwargs), random=True
+    )
+    if judging():
+        prop.expect_modes_reach(what, trained["modes"])
+        if build.deterministic:
+            prop.expect_same_in_modes(what, trained["result"], reference(weights, **case.inputs))
+    for case in (c for c in cases if c.grad and spec.gradients):
+        # in train() mode where that changes nothing: training-only paths meet backward too
+        mode = "train" if build.deterministic else "eval"
+        observe(f"{made}.{mode}()", lambda m=mode: getattr(module, m)() and None)
+        _module_gradients(spec, case, module, reference, weights)
+    for mode in ("train", "eval"):
+        observe(f"{made}.{mode}()", lambda m=mode: getattr(module, m)() and None)
+        for case in (c for c in cases if c.device):
+            args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, spec.forms[0])
+            what = f"{made}({shown}) on {case.what}, in {mode}() mode on another device"
+            observed = prop.on_device(what, module, args, kwargs, modules=(module,))
+            if judging():
+                prop.expect_device(what, observed)
+
+
+def _in_train(module: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+    module.train()
+    try:
+        return {"result": module(*args, **kwargs), "modes": prop.modes(module)}
+    finally:
+        module.eval()
+
+
+def _fresh_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's parameters with no gradient left from an earlier backward."""
+    named = dict(module.named_parameters())
+    for parameter in named.values():
+        parameter.grad = None
+    return named
+
+
+def _module_gradients(
+    spec: ModuleSpec,
+    case: Case,
+    module: Any,
+    reference: Callable,
+    weights: Mapping[str, torch.Tensor],
+) -> None:
+    """Gradients of the declared inputs and of every named parameter, against the reference
+    computed with the same weights as leaves."""
+    names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
+    others = {k: v for k, v in case.inputs.items() if k not in names}
+    what = f"gradients of {spec.name} on {case.what}"
+    inputs = [case.inputs[n] for n in names]
+
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        return spec.output(module(**dict(zip(names, tensors, strict=True)), **others))
+
+    got = prop.observe_gradients(what, run, inputs, lambda: _fresh_parameters(module))
+    if judging():
+        leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
+
+        def twin(*tensors: torch.Tensor) -> torch.Tensor:
+            return spec.output(
+                reference(leaves, **dict(zip(names, tensors, strict=True)), **others)
+            )
+
+        expected = prop.gradients(twin, inputs, leaves)
+        prop.expect_gradients(what, got, expected, names)
+
+
+# --- the notebook-facing check --------------------------------------------------------------
+
+
+def check(spec: Spec | ModuleSpec) -> Callable[..., Any]:
+    """The check cell's function for ``spec``: ``check.name(student_object)``."""
+    runner = run_module if isinstance(spec, ModuleSpec) else run_function
+
+    def body(student: Any) -> None:
+        runner(spec, student)
+
+    body.__name__ = spec.name
+    body.__doc__ = (
+        f"The declared contract of {spec.exercise} ({spec.title}), applied by course.spec."
+    )
+    checked = exercise_check(spec.exercise, spec.title, hint=spec.hint, seed=spec.seed)(body)
+    checked.spec = spec  # type: ignore[attr-defined]
+    return checked

@@ -1,0 +1,165 @@
+"""A second device that computes real values: the device property decides on every machine.
+
+A check must know whether the student's code keeps its tensors on the device of its inputs
+(on a GPU, a tensor made with ``torch.zeros(n)`` lands on the CPU and the next operation fails).
+The ``meta`` device cannot tell: it has no values, so code that reads one (``.item()``, ``if
+t.any():``, NumPy) stops there and the test is undecided. :class:`VirtualDevice` tags tensors as
+living on another device while their storage stays on the CPU, so every value is real and every
+path runs (training mode, a fully masked row, a dropout mask), and it refuses what a GPU refuses:
+
+* an operation that mixes a tagged tensor with an untagged one of one or more dimensions (a GPU
+  accepts 0-dim CPU tensors as scalars, and CPU index tensors in ``x[index]``);
+* ``.numpy()`` of a tagged tensor.
+
+A tagged tensor reports ``.device`` as :data:`VIRTUAL` (``meta``, a device every build of
+torch knows), so ``torch.zeros(n, device=x.device)``, ``x.new_zeros(n)``, ``torch.zeros_like(x)``
+and ``.to(x.device)`` all give tagged tensors, and ``.cpu()`` gives an untagged one. Tags live in
+the mode object only: nothing outside the ``with`` block changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+VIRTUAL = torch.device("meta")
+_DEVICE_GETTER = torch.Tensor.device
+_INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
+_MOVES = {"to", "cpu", "cuda", "type"}
+
+
+class DeviceMixed(RuntimeError):
+    """What a GPU raises when tensors of two devices meet in one operation."""
+
+
+def _walk(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _walk(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _walk(item)
+
+
+def _is_virtual(device: Any) -> bool:
+    try:
+        return device is not None and torch.device(device) == VIRTUAL
+    except (RuntimeError, TypeError):
+        return False
+
+
+def _swap_device(value: Any) -> tuple[Any, bool]:
+    """``value`` with the virtual device replaced by the CPU; whether it named the virtual one."""
+    if isinstance(value, str | torch.device) and _is_virtual(value):
+        return torch.device("cpu"), True
+    return value, False
+
+
+class VirtualDevice(TorchFunctionMode):
+    """Tensors tagged as on another device, computed on the CPU; mixing refused as on a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tagged: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    # --- tags -----------------------------------------------------------------------------
+    def tag(self, value: Any) -> Any:
+        """Put ``value`` (a tensor, a module's parameters and buffers, containers) on the device."""
+        if isinstance(value, nn.Module):
+            for tensor in (*value.parameters(), *value.buffers()):
+                self._tagged[tensor] = True
+        else:
+            for tensor in _walk(value):
+                self._tagged[tensor] = True
+        return value
+
+    def on_device(self, tensor: torch.Tensor) -> bool:
+        return tensor in self._tagged
+
+    def devices(self, value: Any) -> list[str]:
+        """Where each tensor in ``value`` lives: ``"virtual"`` or ``"cpu"``."""
+        return ["virtual" if self.on_device(t) else "cpu" for t in _walk(value)]
+
+    # --- dispatch -------------------------------------------------------------------------
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        kwargs = dict(kwargs or {})
+        if getattr(func, "__self__", None) is _DEVICE_GETTER:
+            return VIRTUAL if self.on_device(args[0]) else func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        inputs = list(_walk((args, kwargs)))
+        tagged = [t for t in inputs if self.on_device(t)]
+        if name == "numpy" and tagged:
+            raise TypeError(
+                "can't convert meta device type tensor to numpy. Use Tensor.cpu() to copy the "
+                "tensor to host memory first."
+            )
+        if name in _MOVES and inputs and inputs[0] is args[0]:
+            return self._move(func, name, args, kwargs)
+        target = False
+        if "device" in kwargs:
+            kwargs["device"], target = _swap_device(kwargs["device"])
+        if tagged and name not in _INDEXING:
+            strays = [t for t in inputs if t.dim() > 0 and not self.on_device(t)]
+            if strays:
+                raise DeviceMixed(
+                    "Expected all tensors to be on the same device, but found at least two "
+                    f"devices, {VIRTUAL.type} and cpu! (in {name or func})"
+                )
+        result = func(*args, **kwargs)
+        if target or (tagged and not (name in _INDEXING and not self.on_device(args[0]))):
+            self.tag(result)
+        return result
+
+    def _move(self, func, name: str, args: tuple, kwargs: dict) -> Any:  # noqa: ANN001
+        """``.to`` / ``.cpu()``: a fresh alias on the target, so the source keeps its own tag."""
+        source = args[0]
+        rest = list(args[1:])
+        if name == "cpu":
+            to_virtual = False
+        elif name == "cuda":
+            return func(*args, **kwargs)  # as on a machine without that device
+        else:
+            to_virtual = None
+            for i, item in enumerate(rest):
+                if isinstance(item, torch.Tensor):  # .to(other): its device and dtype
+                    to_virtual = self.on_device(item)
+                    rest[i] = item.dtype
+                else:
+                    rest[i], named = _swap_device(item)
+                    to_virtual = True if named else to_virtual
+            if "device" in kwargs:
+                kwargs["device"], named = _swap_device(kwargs["device"])
+                to_virtual = named
+            if to_virtual is None:  # a dtype change only: stays where it is
+                to_virtual = self.on_device(source)
+        result = func(source, *rest, **kwargs)
+        if result is source:
+            result = source.view_as(source)
+        if to_virtual:
+            self.tag(result)
+        return result
+
+
+def run_on_virtual(
+    function: Any, args: tuple = (), kwargs: dict | None = None, modules: tuple = ()
+) -> tuple[Any, list[str]]:
+    """``function(*args, **kwargs)`` with its tensors, and the ``modules`` it uses (passed in or
+    closed over), on the virtual device. Returns the result and where each tensor of it lives
+    (``"virtual"`` when right)."""
+    kwargs = kwargs or {}
+    mode = VirtualDevice()
+    with mode:
+        mode.tag((args, kwargs))
+        for value in (*args, *kwargs.values(), *modules):
+            if isinstance(value, nn.Module):
+                mode.tag(value)
+        result = function(*args, **kwargs)
+        where = mode.devices(result)
+    return result, where
