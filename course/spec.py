@@ -201,7 +201,12 @@ def _call(
     try:
         return prop.call(what, function, *args, random=random, names=names, **kwargs)
     except StudentError as error:
-        raise prop.CheckFailure(f"on {what}, {error.message}") from None
+        raise prop.CheckFailure(_on(what, error.message)) from None
+
+
+def _on(what: str, message: str) -> str:
+    """The student's error told with the case, once."""
+    return message if what in message else f"on {what}, {message}"
 
 
 # --- the runner: functions ------------------------------------------------------------------
@@ -342,7 +347,7 @@ def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
     try:
         module, _ = prop.construct(what, cls, *args, **kwargs)
     except StudentError as error:
-        raise prop.CheckFailure(f"on {what}, {error.message}") from None
+        raise prop.CheckFailure(_on(what, error.message)) from None
     return module
 
 
