@@ -13,14 +13,10 @@ the first exercise that needs work; IPython renders it as the short message alon
 ``_render_traceback_``). Tests call checks with ``raise_on_failure=False``, which returns the
 :class:`CheckResult` instead of raising.
 
-Writing a check::
-
-    @exercise_check("Exercise 0.1", "numerically stable softmax")
-    def softmax(student_softmax):
-        x = torch.randn(4, 7)
-        expect_close(student_softmax(x, dim=-1), torch.softmax(x, dim=-1),
-                     what="softmax of a random (4, 7) tensor",
-                     hint="Subtract the row maximum before exponentiating.")
+A check is declared as a spec and applied by one runner: see :mod:`course.spec`, whose
+docstring holds the worked example (``tests/test_spec.py`` runs it through probe and replay).
+:func:`exercise_check` is the layer under it: it turns a body into the notebook-facing
+function and runs it in the three modes of :mod:`course.observe`.
 """
 
 from __future__ import annotations
