@@ -768,6 +768,12 @@ def main(argv: list[str] | None = None) -> int:
         "--root", type=Path, default=Path(os.environ.get("COURSE_AUTOGRADER_ROOT", "/autograder"))
     )
     args = parser.parse_args(argv)
+    if args.command in ("progress", "grade", "autograde"):
+        from course.grading import sandbox
+
+        note = sandbox.notice()  # one line, before grading, where student code runs unfenced
+        if note:
+            print(note, file=sys.stderr, flush=True)
     try:
         if args.command == "progress":
             if not args.dir.exists():

@@ -29,6 +29,7 @@ import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from course.grading import sandbox
 
 COURSE = Path(__file__).resolve().parents[1]  # the grader's own course package
 ROOT = COURSE.parent
@@ -281,10 +284,15 @@ def run(
 
     from course.grading.instrument import RECORDS_ENV
 
+    choice = sandbox.choose()
     records = scratch / "records"
     records.mkdir()
     path, log = scratch / name, scratch / "cells.jsonl"
     nbformat.write(notebook, path)
+    # What the student's process may write (its uid owns them when the grader is root); the
+    # rest of the scratch (its course copy, this notebook) it sees read-only.
+    writable = [records, log, scratch / "tmp", scratch / ".ipython"]
+    sandbox.prepare(choice, scratch, writable)
     token = secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
     env.update(OFFLINE_ENV)
@@ -297,22 +305,34 @@ def run(
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),
             "IPYTHONDIR": str(scratch / ".ipython"),
+            # Never the grader's temp folder (where the class's hand-ins are unpacked).
+            "TMPDIR": "/tmp" if choice.isolated else str(scratch / "tmp"),
+            "HOME": str(scratch),
         }
     )
-    command = [sys.executable, "-S", "-c", PARENT, sys.executable, "-c", STUDENT]
+    hub = sandbox.hf_home()
+    if hub is not None:  # HOME changed: say where the prepared models are
+        env["HF_HOME"] = str(hub)
+    command = sandbox.prefix(choice, scratch, writable)
+    command += [sys.executable, "-S", "-c", PARENT, sys.executable, "-c", STUDENT]
     command += [str(path), str(log), str(int(default_timeout_s))]
+    info_read, info_write = os.pipe() if choice.isolated else (None, None)
+    if info_write is not None:  # bwrap says the sandbox's first pid there: its PID namespace
+        command[1:1] = ["--info-fd", str(info_write)]
     start = time.time()
     with open(scratch / "stderr.txt", "wb") as errors:
         runner = subprocess.Popen(
             command,
-            cwd=scratch,
+            cwd=scratch / "tmp",
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=errors,
             start_new_session=True,
+            pass_fds=() if info_write is None else (info_write,),
             preexec_fn=lambda: _limit(memory_gb),  # noqa: PLW1509 - no threads forked
         )
+    namespace = _Namespace(info_read, info_write)
     deadline = False
     try:
         runner.wait(timeout=budget_s)
@@ -320,6 +340,8 @@ def run(
         deadline = True
     kill_all(token, runner.pid)  # whatever is left: the student's process, its children
     runner.wait()
+    namespace.wait_empty()  # every process of the sandbox has ended (its PID namespace died)
+    sandbox.kill_uid(choice)
     result = Run(records, seconds=time.time() - start)
     result.stderr = _tail(scratch / "stderr.txt")
     result.end = "crash" if runner.returncode < 0 else "dead"  # until the log says otherwise
@@ -333,20 +355,86 @@ def run(
     return result
 
 
-def _tail(path: Path, size: int = 4000) -> str:
+class _Namespace:
+    """The sandbox's PID namespace, learnt from bwrap's ``--info-fd``: the grader waits until no
+    process is left in it (the kernel kills them all when its first process ends)."""
+
+    def __init__(self, read: int | None, write: int | None):
+        self.inode: int | None = None
+        if write is not None:
+            os.close(write)
+        if read is None:
+            return
+        data = b""
+        with os.fdopen(read, "rb", buffering=0) as info:
+            while b"}" not in data:  # bwrap writes it once the sandbox is set up
+                chunk = info.read(4096)
+                if not chunk:
+                    break
+                data += chunk
+        try:
+            child = int(json.loads(data.decode() or "{}")["child-pid"])
+            self.inode = os.stat(f"/proc/{child}/ns/pid").st_ino
+        except (ValueError, KeyError, OSError):
+            self.inode = None  # it ended already (or never started): nothing to wait for
+
+    def wait_empty(self, limit_s: float = 30.0) -> None:
+        if self.inode is None:
+            return
+        end = time.time() + limit_s
+        while time.time() < end and self._members():
+            time.sleep(0.02)
+
+    def _members(self) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.stat(f"/proc/{entry}/ns/pid").st_ino == self.inode:
+                        found.append(int(entry))
+                except OSError:
+                    continue
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return found
+
+
+MAX_READ_BACK = 16 * 1024**2  # the log and stderr the student's process leaves
+
+
+def read_back(path: Path, limit: int = MAX_READ_BACK, tail: bool = False) -> bytes | None:
+    """A file the student's process could have written: opened without following a link and
+    without blocking (a named pipe), read only if it is a regular file; at most ``limit``
+    bytes (the last ones with ``tail``), else None."""
     try:
-        with open(path, "rb") as file:
-            file.seek(max(0, path.stat().st_size - size))
-            return file.read(size).decode("utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return ""
+        return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > limit and not tail:
+            return None
+        if tail:
+            file.seek(max(0, info.st_size - limit))
+        return file.read(limit)
+
+
+def _tail(path: Path, size: int = 4000) -> str:
+    data = read_back(path, size, tail=True)
+    return "" if data is None else data.decode("utf-8", errors="replace")
 
 
 def _jsonl(path: Path) -> list[dict]:
-    if not path.is_file() or path.stat().st_size > 16 * 1024**2:
+    data = read_back(path)
+    if data is None:
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
