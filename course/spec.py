@@ -75,6 +75,8 @@ class Case:
     strict: bool = False  # the text asks for float64 precision: compare at float64's tolerance
     grad: bool = False  # compare the gradients of the spec's ``gradients`` on this case
     device: bool = True  # run this case again on the second device
+    compare: bool = True  # compare the result with the reference (False: random results,
+    # which only the spec's properties judge)
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,13 @@ class Property:
     """A property of the exercise's text that the result alone does not show (a blocked key gets
     exactly 0, causality, padding invariance...). ``observe(student, case, call)`` makes the
     observations it needs (``call(inputs)`` calls the student's code as the spec does) and
-    returns them as plain data; ``judge(case, observed, result)`` decides, on the trusted side
-    only. Write both in :mod:`course.properties`, with the message."""
+    returns them as plain data; ``judge(case, got, expected, observed)`` decides, on the trusted
+    side only, after the result's type and shape were found right and before its values are
+    compared (so the property's own message is the one a student reads). Write both in
+    :mod:`course.properties`, with the message."""
 
     name: str
-    judge: Callable[[Case, Any, Any], None]
+    judge: Callable[[Case, Any, Any, Any], None]
     observe: Callable[[Any, Case, Callable[[Mapping[str, Any]], Any]], Any] | None = None
     applies: Callable[[Case], bool] = lambda case: True
 
@@ -104,6 +108,7 @@ class Spec:
     hint: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
+    keyword_only: tuple[str, ...] = ()  # parameters always passed by name (``**filter_args``)
     untouched: bool = True
     random: str = NONE
     gradients: tuple[str, ...] = ()
@@ -153,17 +158,24 @@ class ModuleSpec:
 
 
 def arrange(
-    params: Sequence[str], defaults: Mapping[str, Any], inputs: Mapping[str, Any], form: str
+    params: Sequence[str],
+    defaults: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+    form: str,
+    keyword_only: Sequence[str] = (),
 ) -> tuple[tuple, dict, str]:
     """Positional and keyword arguments of one call form, and the call written out."""
     given = [p for p in params if p in inputs]
     if form == DEFAULTS:
         given = [p for p in given if not (p in defaults and _same_default(inputs[p], defaults[p]))]
+    named = [p for p in given if p in keyword_only]
+    given = [p for p in given if p not in keyword_only]
     if form == POSITIONAL:
         args, kwargs = tuple(inputs[p] for p in given), {}
     else:  # the first parameter positionally, the rest by name
         args = (inputs[given[0]],) if given else ()
         kwargs = {p: inputs[p] for p in given[1:]}
+    kwargs.update({p: inputs[p] for p in named})
     shown = [_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in kwargs.items()]
     return args, kwargs, ", ".join(shown)
 
@@ -183,12 +195,16 @@ def _show(value: Any) -> str:
 
 
 def _forms(
-    forms: Sequence[str], params: Sequence[str], defaults: Mapping, inputs: Mapping
+    forms: Sequence[str],
+    params: Sequence[str],
+    defaults: Mapping,
+    inputs: Mapping,
+    keyword_only: Sequence[str] = (),
 ) -> list[str]:
     """The distinct call forms for these inputs (a one-argument call has a single form)."""
     seen, out = set(), []
     for form in forms:
-        key = arrange(params, defaults, inputs, form)[2]
+        key = arrange(params, defaults, inputs, form, keyword_only)[2]
         if key not in seen:
             seen.add(key)
             out.append(form)
@@ -216,43 +232,56 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     """Apply every property of ``spec`` to ``student`` (see the module's docstring)."""
     cases = list(spec.cases())
     random = spec.random == GLOBAL
+    only = spec.keyword_only
     for case in cases:
         results = []
-        for form in _forms(spec.forms, spec.params, spec.defaults, case.inputs):
-            args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form)
+        for form in _forms(spec.forms, spec.params, spec.defaults, case.inputs, only):
+            args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form, only)
             what = f"{spec.name}({shown}) on {case.what}"
-            got = _call(what, student, args, kwargs, spec.params, random)
-            results.append((what, got))
-        expected = spec.reference(**case.inputs) if judging() else None
-        if judging():
-            for what, got in results:
-                prop.expect_result(got, expected, what, case.hint or spec.hint, case.strict)
-        _properties(spec.properties, student, case, expected, lambda inputs: student(**inputs))
+            results.append((what, _call(what, student, args, kwargs, spec.params, random)))
+        _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
         if spec.random not in (NONE, GLOBAL):
             _reproducible(spec, student, case)
     for case in (c for c in cases if c.device):
-        args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, spec.forms[0])
+        args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, spec.forms[0], only)
         what = f"{spec.name}({shown}) on {case.what}, on another device"
         observed = prop.on_device(what, student, args, kwargs)
         if judging():
             prop.expect_device(what, observed)
 
 
-def _properties(
-    properties: Sequence[Property],
-    student: Any,
+def _judge_case(
+    spec: Spec | ModuleSpec,
     case: Case,
-    expected: Any,
-    call: Callable[[Mapping[str, Any]], Any],
+    results: list[tuple[str, Any]],
+    student: Any,
+    reference: Callable[[], Any],
 ) -> None:
-    for item in properties:
-        if not item.applies(case):
-            continue
-        observed = item.observe(student, case, call) if item.observe else None
-        if judging():
-            item.judge(case, observed, expected)
+    """Observe the spec's properties on ``case``; then, on the trusted side only: the result's
+    type and shape, the properties' judgements, the result's values (the reference is computed
+    here and nowhere else)."""
+    observed = [
+        (
+            item,
+            item.observe(student, case, lambda inputs: student(**inputs)) if item.observe else None,
+        )
+        for item in spec.properties
+        if item.applies(case)
+    ]
+    if not judging():
+        return
+    expected = reference() if case.compare else None
+    hint = case.hint or spec.hint
+    if case.compare:
+        for what, got in results:
+            prop.expect_result(got, expected, what, hint, case.strict, values=False)
+    for item, seen in observed:
+        item.judge(case, results[0][1], expected, seen)
+    if case.compare:
+        for what, got in results:
+            prop.expect_result(got, expected, what, hint, case.strict)
 
 
 def _first_tensor(result: Any) -> Any:
@@ -295,7 +324,9 @@ def _reproducible(spec: Spec, student: Callable[..., Any], case: Case) -> None:
     for attempt in range(2):
         inputs = dict(case.inputs)
         inputs[name] = torch.Generator().manual_seed(1234)
-        args, kwargs, shown = arrange(spec.params, spec.defaults, inputs, KEYWORD)
+        args, kwargs, shown = arrange(
+            spec.params, spec.defaults, inputs, KEYWORD, spec.keyword_only
+        )
         what = f"{spec.name}({shown}) on {case.what}, generator seeded 1234 (call {attempt + 1})"
         results.append((what, _call(what, student, args, kwargs, spec.params, False)))
     if judging():
@@ -381,11 +412,7 @@ def _module_cases(
             args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, form)
             what = f"{made}({shown}) on {case.what}"
             results.append((what, _call(what, module, args, kwargs, spec.forward, False)))
-        expected = reference(weights, **case.inputs) if judging() else None
-        if judging():
-            for what, got in results:
-                prop.expect_result(got, expected, what, case.hint or spec.hint, case.strict)
-        _properties(spec.properties, module, case, expected, lambda inputs: module(**inputs))
+        _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))
     if not first or not cases:
         return
     case = cases[0]
