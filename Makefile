@@ -11,9 +11,13 @@ TORCH_INDEX   := https://download.pytorch.org/whl/$(TORCH)
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.txt)
 STAMP  := $(VENV)/.installed$(if $(TORCH),-torch-$(TORCH))
 REPO   ?=
+# make site: SOLUTIONS=0 leaves the solutions out (a student site), HUB adds nbgitpuller links
+SITE_DIR  ?= site
+SOLUTIONS ?= 1
+HUB       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade release gradescope clean
+.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade release gradescope clean site check-site
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -81,6 +85,17 @@ release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name
 
 gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json] [TIMEOUT=s]
 	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points $(POINTS),) $(if $(TIMEOUT),--timeout $(TIMEOUT),)
+
+site: setup ## Build the website into site/ from the stored notebooks [SOLUTIONS=0] [HUB=url] [REPO=o/n]
+	$(BIN)/python docs/site/build.py --out $(SITE_DIR) $(if $(filter 0,$(SOLUTIONS)),--no-solutions,) $(if $(HUB),--hub $(HUB),) $(if $(REPO),--repo $(REPO),)
+
+# The browser test opens every page of two sites in headless Chromium (Debian's chromium and
+# chromium-driver): the site above and a student site with nbgitpuller links.
+# SCREENSHOTS=docs also writes docs/site-landing.png and docs/site-notebook.png.
+check-site: site ## Build the site (and a student one), then open every page in headless Chromium
+	$(BIN)/python docs/site/build.py --out build/site-student --no-solutions --hub https://hub.example.edu
+	COURSE_SITE_DIRS=$(SITE_DIR):build/site-student $(if $(SCREENSHOTS),COURSE_SITE_SCREENSHOTS=$(SCREENSHOTS),) \
+	  $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider -q
 
 clean: ## Remove the environment, caches and prepared data (never your notebooks)
 	rm -rf $(VENV) .pytest_cache .ruff_cache data/prepared data/downloads

@@ -1,0 +1,263 @@
+"""Build the course website from the stored notebooks: ``make site`` runs this script.
+
+    python docs/site/build.py --out site [--no-solutions] [--upto NN] [--hub URL] [--repo O/N]
+
+Nothing is executed and nothing is fetched: the pages show the outputs stored in the
+notebooks, and every asset (MathJax included) is served with the site. The script writes a
+staging tree under ``build/site-source/`` and runs Sphinx with MyST-NB on it (``conf.py`` beside
+this file):
+
+* ``index.md``: the README, whose notebook table links to the pages (without the solution
+  column when ``--no-solutions``), with the Colab badge image served locally;
+* ``notebooks/NN_name.ipynb`` (and ``solutions/NN_name.ipynb`` unless ``--no-solutions``):
+  copies of the notebooks whose header badge is replaced by a link bar: Open in Colab, the
+  .ipynb to download (the untouched notebook, served beside its page) and, with ``--hub``,
+  an nbgitpuller link that clones the repository into that JupyterHub;
+* ``license.md``: the LICENSE file.
+
+The repository the badges point at is the one the notebooks already name, read from
+``pyproject.toml`` with ``course.nbtools.REPO_URL`` (``make badges REPO=owner/name`` changes
+all of them); ``--repo`` rewrites it for this build only, as ``make release REPO=`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))  # the course package, when run as a script
+
+from course import nbtools  # noqa: E402
+
+STAGING = ROOT / "build" / "site-source"
+DOCTREES = ROOT / "build" / "site-doctrees"
+# Sphinx writes here and the result is then moved to --out: MyST-NB puts the outputs it
+# extracts in a jupyter_execute/ folder beside the HTML folder, which must not be the clone.
+HTML = ROOT / "build" / "site-html"
+BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+LOCAL_BADGE = "_static/colab-badge.svg"
+# The header badge of a notebook: [![Open In Colab](<image>)](<colab url>)
+HEADER_BADGE = re.compile(
+    r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/[^)]*\)"
+)
+NOTEBOOK_LINK = re.compile(r"\]\((notebooks|solutions)/(\d\d_[\w.-]+)\.ipynb\)")
+BUILD_INFO = "_site.json"  # what was built, for the browser test and for readers
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one build contains and where its links point."""
+
+    solutions: bool = True
+    upto: int | None = None
+    hub: str | None = None
+    repo: str | None = None
+
+
+def repository_slug(repo: str | None = None) -> str:
+    """owner/name of the repository the badges point at (``repo`` wins when given)."""
+    if repo:
+        nbtools.rewrite_repository("", repo)  # validates it, with nbtools' own message
+        return repo
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    match = nbtools.REPO_URL.search(text)
+    if not match:
+        raise SystemExit("pyproject.toml names no github.com repository: run make badges REPO=o/n")
+    return match.group(2)
+
+
+def colab_url(slug: str, path: str) -> str:
+    """The Colab address that opens ``path`` (e.g. notebooks/02_attention.ipynb) of ``slug``."""
+    return f"https://colab.research.google.com/github/{slug}/blob/main/{path}"
+
+
+def nbgitpuller_url(hub: str, slug: str, path: str) -> str:
+    """A link that clones ``slug`` into the user's home on ``hub`` and opens ``path`` in Lab."""
+    folder = slug.split("/", 1)[1]  # nbgitpuller clones into a folder named like the repository
+    query = urlencode(
+        {
+            "repo": f"https://github.com/{slug}",
+            "urlpath": f"lab/tree/{folder}/{path}",
+            "branch": "main",
+        },
+        quote_via=quote,
+    )
+    return f"{hub.rstrip('/')}/hub/user-redirect/git-pull?{query}"
+
+
+def link_bar(path: str, options: Options, slug: str, depth: int = 1) -> str:
+    """The HTML line that opens a notebook page: Colab, download and (with a hub) JupyterHub."""
+    up = "../" * depth
+    name = Path(path).name
+    links = [
+        f'<a class="nb-colab" href="{html.escape(colab_url(slug, path))}">'
+        f'<img src="{up}{LOCAL_BADGE}" alt="Open In Colab"></a>',
+        f'<a class="nb-download" href="{name}" download>Download {name}</a>',
+    ]
+    if options.hub:
+        url = nbgitpuller_url(options.hub, slug, path)
+        links.append(
+            f'<a class="nb-hub" href="{html.escape(url)}">Open on {html.escape(options.hub)}</a>'
+        )
+    return '<p class="nb-links">' + " ".join(links) + "</p>"
+
+
+def selected(folder: str, options: Options) -> list[Path]:
+    """The notebooks of ``folder`` that this build shows (up to ``options.upto``)."""
+    paths = sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
+    return [p for p in paths if options.upto is None or int(p.name[:2]) <= options.upto]
+
+
+def page_notebook(path: Path, folder: str, options: Options, slug: str) -> str:
+    """The staged copy of one notebook: the header badge becomes the link bar."""
+    notebook = nbformat.read(path, as_version=4)
+    bar = link_bar(f"{folder}/{path.name}", options, slug)
+    header = notebook.cells[0]
+    if header.cell_type == "markdown" and HEADER_BADGE.search(header.source):
+        header.source = HEADER_BADGE.sub(lambda _: bar, header.source, count=1)
+    else:  # a notebook without the course header still gets its links, first
+        notebook.cells.insert(0, nbformat.v4.new_markdown_cell(bar))
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            cell.source = cell.source.replace(BADGE_IMAGE, f"../{LOCAL_BADGE}")
+    return nbformat.writes(notebook)
+
+
+def landing_page(readme: str, options: Options, shown: set[str], slug: str) -> str:
+    """The README as the site's first page: table links go to pages, badges load locally."""
+    lines, column = [], None  # column: index of the table's solution column while in the table
+    for line in readme.splitlines():
+        if line.startswith("| # | notebook |"):
+            cells = line.split("|")
+            column = cells.index(" solution ") if " solution " in cells else None
+        elif not line.startswith("|"):
+            column = None
+        row = re.match(r"\| (\d\d) \|", line)
+        if row and options.upto is not None and int(row[1]) > options.upto:
+            continue
+        if column is not None and not options.solutions:
+            cells = line.split("|")
+            del cells[column]
+            line = "|".join(cells)
+        lines.append(line)
+    text = ("\n".join(lines) + "\n").replace(BADGE_IMAGE, LOCAL_BADGE)
+
+    def page_link(match: re.Match) -> str:
+        relative = f"{match[1]}/{match[2]}"
+        # a notebook this site has no page for is linked on GitHub
+        target = "" if relative in shown else f"https://github.com/{slug}/blob/main/"
+        return f"]({target}{relative}.ipynb)"
+
+    return NOTEBOOK_LINK.sub(page_link, text)
+
+
+def toctree(caption: str, entries: list[str]) -> str:
+    """A hidden MyST toctree: the sidebar's section ``caption``."""
+    body = "\n".join(entries)
+    return f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{body}\n```\n"
+
+
+def stage(options: Options) -> dict:
+    """Write the Sphinx source tree under build/site-source; return what it holds."""
+    slug = repository_slug(options.repo)
+    if STAGING.exists():
+        shutil.rmtree(STAGING)
+    (STAGING / "_extra").mkdir(parents=True)
+    (STAGING / "_static").mkdir()  # the badge, for Markdown images (Sphinx copies them)
+    shutil.copy(HERE / LOCAL_BADGE, STAGING / LOCAL_BADGE)
+
+    def rewrite(text: str) -> str:
+        return nbtools.rewrite_repository(text, slug) if options.repo else text
+
+    folders = ["notebooks"] + (["solutions"] if options.solutions else [])
+    pages: dict[str, list[str]] = {}
+    for folder in folders:
+        (STAGING / folder).mkdir()
+        (STAGING / "_extra" / folder).mkdir()
+        pages[folder] = []
+        for path in selected(folder, options):
+            staged = rewrite(page_notebook(path, folder, options, slug))
+            (STAGING / folder / path.name).write_text(staged, encoding="utf-8")
+            download = rewrite(path.read_text(encoding="utf-8"))
+            (STAGING / "_extra" / folder / path.name).write_text(download, encoding="utf-8")
+            pages[folder].append(f"{folder}/{path.stem}")
+    if not pages["notebooks"]:
+        raise SystemExit(f"no notebook 00..{options.upto} in notebooks/: nothing to publish")
+    shown = {page for entries in pages.values() for page in entries}
+    readme = rewrite((ROOT / "README.md").read_text(encoding="utf-8"))
+    index = landing_page(readme, options, shown, slug)
+    index += toctree("Exercises", pages["notebooks"])
+    if options.solutions:
+        index += toctree("Solutions", pages["solutions"])
+    index += toctree("About", ["license"])
+    (STAGING / "index.md").write_text(index, encoding="utf-8")
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    (STAGING / "license.md").write_text(
+        f"# License\n\n```text\n{license_text}```\n", encoding="utf-8"
+    )
+    return {
+        "repository": slug,
+        "solutions": options.solutions,
+        "upto": options.upto,
+        "hub": options.hub,
+        "pages": sorted(shown),
+    }
+
+
+def build(out: Path, options: Options, quiet: bool = True) -> dict:
+    """Stage the sources and run Sphinx into ``out``; return the build description."""
+    started = time.perf_counter()
+    info = stage(options)
+    for folder in (HTML, out):
+        if folder.exists():
+            shutil.rmtree(folder)
+    command = [
+        sys.executable, "-m", "sphinx", "-b", "html", "-c", str(HERE), "-d", str(DOCTREES),
+        "-W", "--keep-going", "-j", "auto", *(["-q"] if quiet else []), str(STAGING), str(HTML),
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT)
+    if result.returncode:
+        raise SystemExit(f"sphinx-build failed (exit {result.returncode}); its messages are above")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(HTML, out)
+    info["seconds"] = round(time.perf_counter() - started, 1)
+    (out / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "site", help="output folder (replaced)")
+    parser.add_argument(
+        "--no-solutions", action="store_true", help="a student site: exercises only"
+    )
+    parser.add_argument("--upto", type=int, default=None, help="last notebook number to include")
+    parser.add_argument("--hub", default=None, help="JupyterHub address for nbgitpuller links")
+    parser.add_argument("--repo", default=None, help="owner/name the badges point at")
+    parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
+    args = parser.parse_args(argv)
+    options = Options(not args.no_solutions, args.upto, args.hub or None, args.repo or None)
+    info = build(args.out.resolve(), options, quiet=not args.verbose)
+    what = "with solutions" if options.solutions else "exercises only"
+    print(
+        f"site: {len(info['pages'])} notebook pages ({what}) in {args.out}/ in "
+        f"{info['seconds']} s; open {args.out}/index.html"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
