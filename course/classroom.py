@@ -326,6 +326,10 @@ def _plan(
             continue
         path = None
         if chosen is not None:
+        if chosen is not None and not chosen.readable:  # not JSON, too large: no analysis at all
+            notebook = nbformat.read(template, as_version=4)
+            plan.append(grading.unreadable(notebook, template.name, ERROR, chosen.problem))
+            continue
             path = scratch / _safe(handin.student) / template.stem / template.name
             path.parent.mkdir(parents=True)
             path.write_bytes(chosen.data)
@@ -338,7 +342,8 @@ def _written(handin: handins.Handin, templates: list[Path]) -> dict[str, str]:
     for template in templates:
         asked = questions(nbformat.read(template, as_version=4), template.name)
         chosen = handin.chosen.get(template.stem)
-        written.update(written_answers(chosen.data if chosen else None, asked))
+        readable = chosen is not None and chosen.readable
+        written.update(written_answers(chosen.data if readable else None, asked))
         written.update({q.id: written.get(q.id, "") for q in asked})
     return written
 

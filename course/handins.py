@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from course.contract import STUB
+from course.grading.limits import MAX_FILE_BYTES, NotebookRefused, normalise, source_text
 
-MAX_FILE_BYTES = 100 * 1024**2  # one notebook (outputs and figures included)
 MAX_BYTES = 400 * 1024**2  # everything read from one hand-in, zips inflated
 MAX_ENTRIES = 2000  # entries of one zip
 MAX_DEPTH = 3  # zips inside zips
@@ -74,6 +74,7 @@ class Found:
     how: str = ""  # METADATA, CONTENT or FILE_NAME
     readable: bool = True
     stubs_left: int = 0
+    problem: str = ""  # why it is not readable: not JSON, too large (course.grading.limits)
 
     @property
     def name(self) -> str:
@@ -121,20 +122,36 @@ def from_file_name(name: str, stems: Iterable[str]) -> str | None:
     return max(named, key=lambda s: len(_number_and_slug(s)[1])) if named else None
 
 
+def _named(notebook: dict) -> str | None:
+    """The stem the course metadata names (``metadata.course.notebook``), or None."""
+    meta = notebook.get("metadata")
+    course = meta.get("course") if isinstance(meta, dict) else None
+    named = course.get("notebook") if isinstance(course, dict) else None
+    return named if isinstance(named, str) else None
+
+
 def recognise(found: Found, stems: Iterable[str]) -> Found:
-    """Fill ``found.notebook`` / ``how`` / ``readable`` / ``stubs_left`` (rules 1-3)."""
+    """Fill ``found.notebook`` / ``how`` / ``readable`` / ``stubs_left`` (rules 1-3).
+
+    A readable file's ``data`` becomes its normalised form (:func:`course.grading.limits.normalise`:
+    nbformat 4, outputs dropped, within the bounds); an unreadable one gets ``problem``, the
+    reason its rows will give.
+    """
     stems = list(stems)
     try:
-        notebook = json.loads(found.data.decode("utf-8"))
-        cells = notebook["cells"]
-        assert isinstance(cells, list)
-    except Exception:  # noqa: BLE001 - any reason: not a notebook we can read
-        found.readable = False
-        found.notebook, found.how = from_file_name(found.name, stems), FILE_NAME
+        notebook = normalise(found.data, found.name)
+    except NotebookRefused as error:
+        found.readable, found.problem = False, str(error)
+        named = _named(error.parsed or {})
+        if named in stems:
+            found.notebook, found.how = named, METADATA
+        else:
+            found.notebook, found.how = from_file_name(found.name, stems), FILE_NAME
         return found
-    meta = notebook.get("metadata", {}).get("course", {})
-    named = meta.get("notebook") if isinstance(meta, dict) else None
-    sources = ["".join(c.get("source", "")) for c in cells if isinstance(c, dict)]
+    found.data = json.dumps(notebook).encode("utf-8")
+    cells = notebook["cells"]
+    named = _named(notebook)
+    sources = [source_text(c) for c in cells]
     found.stubs_left = sum(len(STUB.findall(s)) for s in sources)
     if named in stems:
         found.notebook, found.how = named, METADATA
@@ -171,7 +188,7 @@ def choose(files: list[Found], stems: Iterable[str]) -> Handin:
         best = ranked[0]
         handin.chosen[stem] = best
         note = f"graded `{best.where}` ({HOW[best.how]}"
-        note += "" if best.readable else "; it is not a readable notebook"
+        note += "" if best.readable else f"; {best.problem or 'it is not a readable notebook'}"
         note += ")"
         if len(ranked) > 1:
             others = "; ".join(f"`{f.where}` ({_why(best, f)})" for f in ranked[1:])

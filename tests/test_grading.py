@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ import nbformat
 import pytest
 
 from course import grading, nbtools
-from course.grading import kernel, verdict
+from course.grading import kernel, merging, selection, verdict
 from course.grading.kernel import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +128,83 @@ def test_a_colab_notebook_without_ids_with_a_helper_first_is_matched_by_names():
     assert merged.added == []  # every other cell is recognised as the template's own
     empty = _code("x = 1")
     assert _answer(grading.merge(template, empty).notebook).source == _answer(template).source
+
+
+IMPORT_LINE = re.compile(r"^(import|from)\s")
+
+
+def colab_without_imports(name: str) -> dict:
+    """An honest Colab hand-in built from the solution: no cell ids, nbformat 4.0, every answer
+    the solution's with its (redundant) import lines and ``#|`` markers dropped."""
+    template = _template(name)
+    solved = nbformat.read(ROOT / "solutions" / name, 4)
+    solution = {c.id: nbtools.strip_markers(c.source) for c in solved.cells}
+    answers = {c.id for c in template.cells if c.cell_type == "code" and grading.is_answer_cell(c)}
+    data = json.loads(nbformat.writes(template))
+    for cell in data["cells"]:
+        if cell.get("id") in answers:
+            lines = solution[cell["id"]].splitlines()
+            kept = [x for x in lines if not IMPORT_LINE.match(x) and not x.startswith("#|")]
+            cell["source"] = "\n".join(kept).strip() + "\n"
+        cell.pop("id", None)
+    data["nbformat_minor"] = 0
+    return data
+
+
+@pytest.mark.parametrize("name", ["02_attention.ipynb", "04_positional_encoding.ipynb"])
+def test_a_cell_that_only_imports_or_is_the_templates_is_never_an_answer(name, tmp_path):
+    # Issue 31: 02's imports cell defines math, nn and torch, as 2.1's answer cell does; matched
+    # by those names it was taken for 2.1, and its `from course.checks import` line scored every
+    # exercise of 02 zero. 04's imports cell and 4.1's answer cell share torch and nn the same way.
+    path = tmp_path / name
+    path.write_text(json.dumps(colab_without_imports(name)))
+    submission = grading.read_notebook(path)
+    template = _template(name)
+    merged = grading.merge(template, submission)
+    graded = merged.notebook
+    code_answers = [i for i in merged.answers if graded.cells[i].cell_type == "code"]
+    stubs = [c for c in template.cells if grading.is_answer_cell(c) and c.cell_type == "code"]
+    assert len(code_answers) == len(stubs)
+    for index, stub in zip(code_answers, stubs, strict=True):
+        source = graded.cells[index].source
+        assert "raise NotImplementedError" not in source and not IMPORT_LINE.match(source)
+        assert merging.answer_names(stub.source) <= grading.cell_names(source)[0]
+        assert grading.forbidden(source, grading.check_module(template)) == []
+    assert merged.added == []
+
+
+def test_the_templates_own_checks_import_copied_by_a_student_is_not_flagged():
+    line = "import torch\nfrom course.checks import nb02 as check"
+    assert grading.forbidden(line, "course.checks.nb02") == []
+    assert grading.forbidden(line) == ["imports from course.checks"]
+    assert grading.forbidden(line, "course.checks.nb03") == ["imports from course.checks"]
+    other = "from course.checks import nb02 as check, nb08"
+    assert grading.forbidden(other, "course.checks.nb02") == ["imports from course.checks"]
+
+
+def test_an_answer_that_does_not_parse_is_still_found_and_says_so():
+    template = _template()
+    broken = "def softmax(x, dim=-1):\n    return (x.exp()\n"
+    submission = nbformat.from_dict(json.loads(json.dumps(template)))
+    _answer(submission).source = broken
+    for cell in submission.cells:
+        cell.pop("id", None)
+    merged = grading.merge(template, submission)
+    assert merged.notebook.cells[merged.answers[0]].source == broken
+    assert selection.syntax_error(broken).startswith("SyntaxError at line 2")
+
+
+def test_dependency_analysis_is_linear_in_chained_cells():
+    # Issue 31: 150,000 chained cells made the old analysis (a scan of every cell per name)
+    # run past 7 minutes. Reading refuses such a notebook (tests/test_handins.py); the analysis
+    # itself is linear too: 20,000 chained cells, each needing the one before, in seconds.
+    n = 20_000
+    cells = ["x0 = 1", *(f"x{i} = x{i - 1} + 1" for i in range(1, n)), f"check.f(x{n - 1})"]
+    notebook = _code(*cells)
+    start = time.process_time()
+    graph = grading.Dependencies(notebook)
+    assert len(graph.closure({n})) == n + 1
+    assert time.process_time() - start < 60  # about 2 s on a busy 2-core machine
 
 
 def test_added_cells_run_when_an_answer_uses_them_before_or_after_it():
@@ -422,6 +500,40 @@ def test_a_dead_kernel_gives_every_exercise_an_honest_row(nb99):
         ("99.2", grading.ERROR),
     ]
     assert "kernel died" in results[1].message
+
+
+def test_an_answer_that_does_not_parse_is_an_error_with_its_line_not_not_started(nb99):
+    # Colab, no ids: the broken answer is still found by the name its `def` line gives.
+    submission = _code(
+        "import torch",
+        "from course.checks import nb99 as check",
+        "def double(x):\n    return (2 * x\n",
+        "check.double(double)",
+        "def triple(x):\n    return 3 * x",
+        "check.triple(triple)",
+        ids=False,
+    )
+    results = grading.grade_notebook(nb99, submission, "99_synthetic.ipynb", timeout_s=30)
+    assert [(r.exercise, r.status) for r in results] == [
+        ("99.1", grading.ERROR),
+        ("99.2", grading.PASSED),
+    ], [r.message[-300:] for r in results]
+    assert "SyntaxError at line 2" in results[0].message
+
+
+def test_an_nbformat_3_notebook_is_converted_and_graded(tmp_path):
+    solved = nbformat.read(ROOT / "solutions" / WELCOME, as_version=4)
+    for cell in solved.cells:
+        cell.source = (
+            nbtools.strip_markers(cell.source) if cell.cell_type == "code" else cell.source
+        )
+    path = tmp_path / WELCOME
+    path.write_text(nbformat.writes(nbformat.convert(solved, 3), version=3))
+    assert json.loads(path.read_text())["nbformat"] == 3
+    notebook = grading.read_notebook(path)
+    assert notebook.nbformat == 4
+    merged = grading.merge(_template(), notebook)
+    assert "exp" in merged.notebook.cells[merged.answers[0]].source  # the solution, not the stub
 
 
 # --- slow: every notebook ------------------------------------------------------------------------

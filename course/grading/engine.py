@@ -22,7 +22,7 @@ from course.grading.merging import (
     merge,
     read_notebook,
 )
-from course.grading.selection import Dependencies
+from course.grading.selection import Dependencies, syntax_error
 from course.grading.verdict import ExerciseResult
 
 DEFAULT_TIMEOUT_S = 60  # per exercise: its answer cell, the cells it added, its check cell
@@ -89,15 +89,26 @@ def grade_notebook(
     # Per exercise: the student's cells its check depends on (forbidden imports, timeouts).
     student_cells: dict[str, list[int]] = {}
     flagged: dict[str, list[str]] = {}
+    broken: dict[str, str] = {}  # check -> "SyntaxError at line N: ..."
+    code_answers = [i for i in merged.answers if graded.cells[i].cell_type == "code"]
     for call in calls:
         mine = sorted(graph.closure({call.cell}) & student)
-        own = [i for i in merged.answers if i < call.cell and i not in mine]
-        if own:  # the answer cell right before the check counts even when nothing uses it
-            mine = sorted(set(mine) | {own[-1]})
+        answer = max((i for i in code_answers if i < call.cell), default=None)
+        if answer is not None:  # the answer cell right before the check counts even when
+            mine = sorted(set(mine) | {answer})  # nothing uses it
         student_cells[call.check] = mine
-        reasons = sorted({r for i in mine for r in verdict.forbidden(graded.cells[i].source)})
+        own_module = check_module(template)
+        reasons = sorted(
+            {r for i in mine for r in verdict.forbidden(graded.cells[i].source, own_module)}
+        )
         if reasons:
             flagged[call.check] = reasons
+        unparsed = [(i, syntax_error(graded.cells[i].source)) for i in mine]
+        unparsed = [(i, why) for i, why in unparsed if why]
+        if unparsed:  # the answer as written cannot run: say where, not "not started"
+            index, why = unparsed[-1]
+            where = "your answer cell" if index == answer else "an earlier cell your answer uses"
+            broken[call.check] = f"{why} ({where} does not parse, so it never ran)"
     timeouts = {
         i: timeout_s
         if i in student or i in {c.cell for c in calls}
@@ -115,6 +126,11 @@ def grade_notebook(
         results = verdict.verdicts(name, calls, run, seed, module, student_cells, flagged)
     finally:
         kernel.remove_scratch(scratch)
+    for result in results:
+        why = broken.get(result.check)
+        if why and result.check not in flagged:
+            result.status = ERROR
+            result.message = f"❌ Exercise {result.exercise}: {why}"
     if changed:
         restored = kernel.restoring()
         note = (

@@ -129,9 +129,26 @@ def exercises(template: nbformat.NotebookNode) -> list[tuple[str, str]]:
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """Read and validate a notebook; raise ``ValueError`` with a short reason otherwise."""
+    """Read and validate a notebook; raise ``ValueError`` with a short reason otherwise.
+
+    Within :mod:`course.grading.limits`' bounds (``"... is too large: ..."``), nbformat 3
+    converted, outputs dropped.
+    """
+    from course.grading.limits import MAX_FILE_BYTES, normalise
+
+    path = Path(path)
     try:
-        notebook = nbformat.read(path, as_version=4)
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise ValueError(
+            f"{path.name} is not a readable notebook ({type(error).__name__})"
+        ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{path.name} is too large: more than {MAX_FILE_BYTES:,} bytes")
+    parsed = normalise(data, path.name)  # NotebookRefused is a ValueError
+    try:
+        notebook = nbformat.reads(json.dumps(parsed), as_version=4)  # sources as one string
         nbformat.validate(notebook)
     except Exception as error:  # noqa: BLE001 - any reason makes it "not a notebook"
         raise ValueError(
@@ -148,6 +165,27 @@ def defined_names(source: str) -> set[str]:
     from course.grading.selection import cell_names
 
     return cell_names(source)[0]
+
+
+def imported_names(source: str) -> set[str]:
+    """Top-level names a code cell binds by ``import`` statements (none when it does not parse)."""
+    try:
+        tree = ast.parse(cell_code(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    return {
+        (alias.asname or alias.name).split(".")[0]
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def answer_names(source: str) -> set[str]:
+    """The names an answer is recognised by: what a code cell defines other than by importing
+    (an exercise cell that also imports ``torch`` is matched by its ``def``, not its imports).
+    A cell that only imports has none: it is never taken for an answer."""
+    return defined_names(source) - imported_names(source)
 
 
 def _heading(source: str) -> str:
@@ -176,12 +214,22 @@ def _copy(cell: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def _match_answers(
     template: nbformat.NotebookNode, submission: nbformat.NotebookNode
 ) -> dict[int, tuple[int, str]]:
-    """Template answer index -> (submission cell index, how it matched)."""
+    """Template answer index -> (submission cell index, how it matched).
+
+    By id first. Failing that, a code answer is the submission cell sharing the most of its
+    :func:`answer_names`, among the cells the student could have written it in: never a cell
+    that is one of the template's other cells (same source, or same id), never a cell that only
+    imports."""
     by_id = {cell.get("id"): i for i, cell in enumerate(submission.cells) if cell.get("id")}
+    theirs = [c for c in template.cells if not is_answer_cell(c)]
+    template_ids = {c.get("id") for c in theirs if c.get("id")}
+    template_sources = {_normal(c.source) for c in theirs}
     names = {
-        i: defined_names(cell.source)
+        i: answer_names(cell.source)
         for i, cell in enumerate(submission.cells)
         if cell.cell_type == "code"
+        and cell.get("id") not in template_ids
+        and _normal(cell.source) not in template_sources
     }
     found: dict[int, tuple[int, str]] = {}
     for t, cell in enumerate(template.cells):
@@ -192,7 +240,7 @@ def _match_answers(
             found[t] = (s, "id")
             continue
         if cell.cell_type == "code":
-            wanted = defined_names(cell.source)
+            wanted = answer_names(cell.source) or defined_names(cell.source)
             if not wanted:
                 continue
             scored = [(len(wanted & n), i) for i, n in names.items() if wanted & n]

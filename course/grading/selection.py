@@ -12,12 +12,16 @@ an answer or a check depends on them.
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
+import re
 from collections.abc import Iterable
 
 import nbformat
 
 from course.grading.merging import cell_code, check_names, is_answer_cell
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 class _Names(ast.NodeVisitor):
@@ -104,39 +108,69 @@ class _Names(ast.NodeVisitor):
         self._scope(node, node.name, None)
 
 
+# A cell that does not parse still says, line by line, what it means to define: its answer is
+# found (and reported as the SyntaxError it is) and what depends on it runs after it.
+_TOP_LEVEL = re.compile(
+    r"^(?:async\s+def|def|class)\s+([A-Za-z_]\w*)|^([A-Za-z_]\w*)\s*=[^=]", re.M
+)
+
+
 def cell_names(source: str) -> tuple[set[str], set[str]]:
-    """``(defines, uses)`` of a code cell; a cell that does not parse defines and uses nothing."""
+    """``(defines, uses)`` of a code cell. A cell that does not parse (or is too deeply nested
+    to walk) uses nothing and defines the names its top-level ``def``/``class``/``x =`` lines
+    name."""
     try:
         tree = ast.parse(cell_code(source))
-    except SyntaxError:
-        return set(), set()
-    names = _Names()
-    names.visit(tree)
-    return names.defines, names.uses - set(dir(builtins))
+        names = _Names()
+        names.visit(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {a or b for a, b in _TOP_LEVEL.findall(source)}, set()
+    return names.defines, names.uses - _BUILTINS
+
+
+def syntax_error(source: str) -> str | None:
+    """``"SyntaxError at line N: ..."`` when a code cell does not parse, else None."""
+    try:
+        ast.parse(cell_code(source))
+    except SyntaxError as error:
+        return f"{type(error).__name__} at line {error.lineno}: {error.msg}"
+    except (ValueError, RecursionError, MemoryError) as error:
+        return f"{type(error).__name__}: the cell cannot be parsed"
+    return None
 
 
 class Dependencies:
-    """Which code cell each needed cell depends on, in one notebook."""
+    """Which code cell each needed cell depends on, in one notebook.
+
+    Linear in the notebook's names: each name keeps the sorted list of the cells defining it,
+    and a look-up is a binary search (a notebook of chained cells costs no more per cell)."""
 
     def __init__(self, notebook: nbformat.NotebookNode):
         self.notebook = notebook
         self.code = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
         self.names = {i: cell_names(notebook.cells[i].source) for i in self.code}
         self.checks = [i for i in self.code if check_names(notebook.cells[i])]
+        self._checks = set(self.checks)
+        self._definers: dict[str, list[int]] = {}
+        for i in self.code:  # in order: each list is sorted
+            for name in self.names[i][0]:
+                self._definers.setdefault(name, []).append(i)
 
     def definer(self, name: str, index: int) -> int | None:
         """The cell that gives ``name`` its value when cell ``index`` (or what it defines) runs."""
-        earlier = [i for i in self.code if i < index and name in self.names[i][0]]
-        if earlier or index in self.checks:
-            return earlier[-1] if earlier else None
-        next_check = min((c for c in self.checks if c > index), default=len(self.notebook.cells))
-        later = [i for i in self.code if index < i < next_check and name in self.names[i][0]]
-        return later[0] if later else None
+        cells = self._definers.get(name, [])
+        at = bisect.bisect_left(cells, index)
+        if at > 0 or index in self._checks:
+            return cells[at - 1] if at > 0 else None
+        after = bisect.bisect_right(self.checks, index)
+        next_check = self.checks[after] if after < len(self.checks) else len(self.notebook.cells)
+        later = bisect.bisect_right(cells, index)
+        return cells[later] if later < len(cells) and cells[later] < next_check else None
 
     def closure(self, seeds: Iterable[int]) -> set[int]:
         """``seeds`` and every cell they depend on, transitively."""
         needed: set[int] = set()
-        todo = sorted(set(seeds) & set(self.code))
+        todo = sorted(set(seeds) & set(self.names))
         while todo:
             index = todo.pop()
             if index in needed:

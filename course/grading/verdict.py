@@ -132,11 +132,24 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def forbidden(source: str) -> list[str]:
-    """Why a student's cell may not count: imports of check/reference code, use of ``check``."""
+def _own_import(node: ast.ImportFrom, own: str | None) -> bool:
+    """``from course.checks import nbNN as check`` for the graded notebook's own ``nbNN``: the
+    template's own line (a student who copies the imports cell gains nothing by it)."""
+    return (
+        own is not None
+        and node.module == "course.checks"
+        and [(a.name, a.asname) for a in node.names] == [(own.rsplit(".", 1)[-1], "check")]
+    )
+
+
+def forbidden(source: str, own: str | None = None) -> list[str]:
+    """Why a student's cell may not count: imports of check/reference code, use of ``check``.
+
+    ``own`` is the graded notebook's checks module (``course.checks.nb02``): importing it as
+    ``check``, as the template does, is allowed."""
     try:
         tree = ast.parse(cell_code(source))
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     reasons = []
     # ``check.softmax(softmax)`` copied into an answer cell is a student running the check, fine.
@@ -174,6 +187,8 @@ def forbidden(source: str) -> list[str]:
                 reasons.append(f"uses {dotted}")
         elif isinstance(node, ast.Name) and node.id == "check" and id(node) not in calls:
             reasons.append("uses the notebook's `check` module")
+            if _own_import(node, own):
+                continue
     return sorted(set(reasons))
 
 
