@@ -17,7 +17,7 @@ SOLUTIONS ?= 1
 HUB       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade release gradescope clean site check-site
+.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade sandbox release gradescope clean site check-site
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -78,6 +78,10 @@ progress: setup ## Your progress, graded as make grade would (DIR=notebooks, JOB
 grade: setup ## Grade a class: make grade SUBMISSIONS=dir|zip OUT=dir [JOBS=1] [TIMEOUT=s] [POINTS=json] [MANUAL=csv]
 	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [TIMEOUT=seconds per exercise] [POINTS=file.json] [MANUAL=file.csv]"; exit 1; }
 	$(BIN)/python -m course.classroom grade --submissions $(SUBMISSIONS) --out $(OUT) -j $(or $(JOBS),1) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(POINTS),--points $(POINTS),) $(if $(MANUAL),--manual $(MANUAL),)
+	$(BIN)/python -m course.classroom verify $(OUT)
+
+sandbox: setup ## How student code is fenced in on this machine (needs bubblewrap: apt-get install bubblewrap)
+	$(BIN)/python -m course.grading.sandbox
 
 release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name]
 	@test -n "$(DIR)" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name]"; exit 1; }
