@@ -324,12 +324,12 @@ def _plan(
             notebook = nbformat.read(template, as_version=4)
             plan.append(grading.unreadable(notebook, template.name, ERROR, message))
             continue
-        path = None
-        if chosen is not None:
         if chosen is not None and not chosen.readable:  # not JSON, too large: no analysis at all
             notebook = nbformat.read(template, as_version=4)
             plan.append(grading.unreadable(notebook, template.name, ERROR, chosen.problem))
             continue
+        path = None
+        if chosen is not None:
             path = scratch / _safe(handin.student) / template.stem / template.name
             path.parent.mkdir(parents=True)
             path.write_bytes(chosen.data)

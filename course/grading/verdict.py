@@ -165,6 +165,8 @@ def forbidden(source: str, own: str | None = None) -> list[str]:
         if isinstance(node, ast.Import):
             reasons += [f"imports {a.name}" for a in node.names if _forbidden_name(a.name)]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if _own_import(node, own):
+                continue
             if _forbidden_name(node.module):
                 reasons.append(f"imports from {node.module}")
             elif node.module == "course":
@@ -187,8 +189,6 @@ def forbidden(source: str, own: str | None = None) -> list[str]:
                 reasons.append(f"uses {dotted}")
         elif isinstance(node, ast.Name) and node.id == "check" and id(node) not in calls:
             reasons.append("uses the notebook's `check` module")
-            if _own_import(node, own):
-                continue
     return sorted(set(reasons))
 
 
