@@ -44,6 +44,7 @@ import nbformat
 from course import grading, handins
 from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
 from course.grading import ExerciseResult
+from course.grading.points import Line, decide, flags_text, total
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -216,7 +217,7 @@ def load_manual(
     if not rows or not rows[0] or rows[0][0].strip().lower() != "student":
         raise ConfigError(f"{path}: the first row must be `student,<exercise id>,...`")
     header = [h.strip().removeprefix("Question ").strip() for h in rows[0][1:]]
-    ids = [h for h in header if h and h.lower() not in ("total", "comment")]
+    ids = [h for h in header if h and h.lower() not in ("total", "comment", "flags")]
     _unknown("exercise", path, ids, known)
     manual: dict[str, dict[str, float]] = {}
     for number, row in enumerate(rows[1:], start=2):
@@ -452,7 +453,7 @@ def progress(
         graded = grade_handin(handin, templates, jobs, timeout_s)
     lines = [f"{'notebook':<32} {'exercise':<8} status", "-" * 72]
     passed = total = 0
-    for r in graded.results:
+    for r, line in zip(graded.results, decide(graded.results), strict=True):
         total += 1
         passed += r.passed
         if r.status == PASSED:
@@ -461,6 +462,8 @@ def progress(
             status = "⏳ not started"
         else:
             status = f"❌ {r.status}: {one_line(r)}"
+        if line.flagged:  # never a plain "passed"
+            status += f" ⚠️ flagged for your instructor: {'; '.join(line.flags)}"[:200]
         lines.append(f"{Path(r.notebook).stem:<32} {r.exercise:<8} {status}")
     for qid, answer in sorted(graded.written.items(), key=lambda x: _id_key(x[0])):
         state = "answered" if answer else "not answered yet"
@@ -475,12 +478,15 @@ def progress(
 # --- grading a class -------------------------------------------------------------------------
 
 
-def points_of(result: ExerciseResult, points: dict[str, float]) -> float:
-    return points.get(result.exercise, 1.0) if result.passed else 0.0
-
-
-def _max(item: str, points: dict[str, float]) -> float:
-    return points.get(item, 1.0)
+def scored(
+    graded: Graded,
+    points: dict[str, float],
+    manual: dict[str, float] | None = None,
+    asked: list[Question] | None = None,
+) -> list[Line]:
+    """A hand-in's exercises and written questions with their points (:func:`decide`, the one
+    rule): the feedback, grades.csv and results.json are all written from these lines."""
+    return decide(graded.results, points, manual, asked or [])
 
 
 def feedback(
@@ -493,9 +499,9 @@ def feedback(
     and every written answer, grouped by notebook."""
     manual = manual or {}
     results, asked = graded.results, asked or []
-    earned = _earned(graded, points, manual)
-    possible = sum(_max(r.exercise, points) for r in results)
-    possible += sum(_max(q.id, points) for q in asked)
+    decided = scored(graded, points, manual, asked)
+    by_item = {x.item: x for x in decided}
+    earned, possible = total(decided)
     lines = [
         f"# Feedback for {graded.student}",
         "",
@@ -504,6 +510,9 @@ def feedback(
     pending = [q.id for q in asked if q.id not in manual]
     if pending:
         lines.append(f"(Written answers {', '.join(pending)} are still to be graded by hand.)")
+    flagged = flags_text(decided)
+    if flagged:
+        lines.append(f"⚠️ **Flagged for your instructor**, who will review it: {flagged}.")
     handin = graded.handin
     if handin.problems or handin.ignored:
         lines += ["", "## Your hand-in", ""]
@@ -524,35 +533,26 @@ def feedback(
                 continue  # nothing was written either
         else:
             for r in mine:
-                lines += _feedback_item(r, points, manual)
+                lines += _feedback_item(by_item[r.exercise])
         for q in (q for q in asked if q.notebook == notebook):
-            lines += _written_item(q, graded.written.get(q.id, ""), points, manual)
+            lines += _written_item(by_item[q.id], graded.written.get(q.id, ""))
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _earned(graded: Graded, points: dict[str, float], manual: dict[str, float]) -> float:
-    auto = sum(manual.get(r.exercise, points_of(r, points)) for r in graded.results)
-    ids = {r.exercise for r in graded.results}
-    return auto + sum(v for k, v in manual.items() if k not in ids)
-
-
-def _feedback_item(
-    r: ExerciseResult, points: dict[str, float], manual: dict[str, float]
-) -> list[str]:
+def _feedback_item(line: Line) -> list[str]:
     """One exercise in the feedback: status, points and the check's own message."""
-    got = manual.get(r.exercise, points_of(r, points))
-    by_hand = " set by hand" if r.exercise in manual else ""
-    head = f"- **Exercise {r.exercise}** ({r.status}, {got:g}{by_hand} of "
-    head += f"{_max(r.exercise, points):g}):"
-    body = [f"  > {x}" for x in r.message.strip().splitlines()]
+    by_hand = " set by hand" if line.by_hand else ""
+    head = f"- **Exercise {line.item}** ({line.status}, {line.earned or 0:g}{by_hand} of "
+    head += f"{line.possible:g}"
+    head += f"; ⚠️ flagged: {'; '.join(line.flags)}):" if line.flagged else "):"
+    body = [f"  > {x}" for x in line.message.strip().splitlines()]
     return [head, *body, ""]
 
 
-def _written_item(
-    q: Question, answer: str, points: dict[str, float], manual: dict[str, float]
-) -> list[str]:
-    score = f"{manual[q.id]:g} of {_max(q.id, points):g}" if q.id in manual else "to be graded"
-    head = f"- **Question {q.id}** (written, {score}):"
+def _written_item(line: Line, answer: str) -> list[str]:
+    graded = line.earned is not None
+    score = f"{line.earned:g} of {line.possible:g}" if graded else "to be graded"
+    head = f"- **Question {line.item}** (written, {score}):"
     body = [f"  > {x}" for x in (answer or "*(no answer)*").splitlines()]
     return [head, *body, ""]
 
@@ -610,7 +610,7 @@ def grade_class(
         (out / "feedback").mkdir(parents=True, exist_ok=True)
 
         def say(graded: Graded) -> None:
-            score = _earned(graded, points, manual.get(graded.student, {}))
+            score = total(scored(graded, points, manual.get(graded.student, {}), asked))[0]
             log(
                 f"{graded.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
                 f"{len(graded.results)} exercises passed (done at {graded.seconds:.0f} s)"
@@ -619,15 +619,14 @@ def grade_class(
         graded = grade_handins(everyone, templates, jobs, timeout_s, memory_gb, say)
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
-        writer.writerow(["student", *items, "total"])
+        writer.writerow(["student", *items, "total", "flags"])
         for g in graded:
             mine = manual.get(g.student, {})
-            by_id: dict[str, float | None] = {q.id: None for q in asked}
-            by_id.update({r.exercise: points_of(r, points) for r in g.results})
-            by_id.update(mine)
-            row = [by_id.get(c) for c in items]
-            cells = ["" if x is None else f"{x:g}" for x in row]
-            writer.writerow([g.student, *cells, f"{sum(x or 0 for x in row):g}"])
+            decided = scored(g, points, mine, asked)
+            by_id = {x.item: x.earned for x in decided}
+            cells = ["" if by_id.get(c) is None else f"{by_id[c]:g}" for c in items]
+            earned = total(decided)[0]
+            writer.writerow([g.student, *cells, f"{earned:g}", flags_text(decided)])
             text = feedback(g, points, mine, asked)
             (out / "feedback" / f"{_safe(g.student)}.md").write_text(text, encoding="utf-8")
     write_written(out, graded, asked)

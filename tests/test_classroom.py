@@ -253,6 +253,81 @@ def test_an_unreadable_zip_gives_error_rows_that_say_so(tmp_path, templates, fak
     assert "not a readable zip file" in graded["gus.zip"][0].message
 
 
+def test_one_rule_gives_the_feedback_grades_csv_and_results_json_the_same_points(
+    tmp_path, templates, monkeypatch
+):
+    # Issue 31: points were computed twice (classroom and results.json), and a flagged pass read
+    # as a plain "passed". Now course.grading.points.decide is the one rule all three follow.
+    def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1):
+        notebook = nbformat.read(template, as_version=4)
+        if submission is None:
+            return grading.unreadable(notebook, Path(template).name, MISSING, "not submitted")
+        text = Path(submission).read_text()
+        status = PASSED if "PASS" in text else FAILED
+        flags = (
+            ["the grader's course files changed while this notebook ran"] if "FLAG" in text else []
+        )
+        return [
+            ExerciseResult(Path(template).name, ex, check, status, f"{status} here", flags=flags)
+            for ex, check in grading.exercises(notebook)
+        ]
+
+    monkeypatch.setattr(grading, "grade_file", grade_file)
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    _student_00(subs / "ada", passed=True)
+    flagged = _student_00(subs / "eve", passed=True)
+    flagged.write_text(flagged.read_text().replace("# PASS", "# PASS FLAG"))
+    _student_00(subs / "bob", passed=False)
+    points = tmp_path / "points.json"
+    points.write_text('{"0.1": 3}')
+    classroom.grade_class(subs, out, templates, points_file=points, log=lambda _: 0)
+    with open(out / "grades.csv", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    assert list(rows["ada"])[-2:] == ["total", "flags"]
+    assert rows["eve"]["flags"] == "0.1: the grader's course files changed while this notebook ran"
+    assert rows["ada"]["flags"] == rows["bob"]["flags"] == ""
+    for student in ("ada", "eve", "bob"):
+        results = [r for r in grade_file(templates / WELCOME, next((subs / student).glob("*")))]
+        report = grading.gradescope_report(results, {"0.1": 3})
+        text = (out / "feedback" / f"{student}.md").read_text()
+        total = float(rows[student]["total"])
+        assert report["score"] == float(rows[student]["0.1"]) == total - 0  # nothing by hand
+        assert f"**Total: {total:g} of" in text
+    eve = (out / "feedback" / "eve.md").read_text()
+    assert "**Exercise 0.1** (passed, 3 of 3; ⚠️ flagged:" in eve and "Flagged for your" in eve
+    (test,) = grading.gradescope_report(grade_file(templates / WELCOME, flagged), {"0.1": 3})[
+        "tests"
+    ]
+    assert test["output"].startswith("⚠️ flagged for the instructor")
+
+
+def test_a_hostile_notebook_gets_a_too_large_row_in_seconds_and_the_class_is_graded(
+    tmp_path, templates, fake_engine
+):
+    from test_handins import chained  # noqa: PLC0415 - the same hostile notebook
+
+    subs = tmp_path / "subs"
+    _student_00(subs / "ada", passed=True)
+    (subs / "mallory").mkdir()
+    (subs / "mallory" / WELCOME).write_bytes(chained(150_000))
+    _student_00(subs / "zoe", passed=True)
+    start = time.process_time()
+    graded = classroom.grade_class(subs, tmp_path / "out", templates, log=lambda _: 0)
+    assert time.process_time() - start < 60  # a few seconds on a busy 2-core machine
+    assert [r.status for r in graded["ada"] if r.notebook == WELCOME] == [PASSED]
+    assert [r.status for r in graded["zoe"] if r.notebook == WELCOME] == [PASSED]
+    (row,) = [r for r in graded["mallory"] if r.notebook == WELCOME]
+    assert (row.status, row.message) == (
+        ERROR,
+        f"{WELCOME} is too large: 150,000 cells (at most 1,000)",
+    )
+    assert all("mallory" not in str(path) for _, path, _ in fake_engine)  # never analysed
+    with open(tmp_path / "out" / "grades.csv", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    assert (rows["ada"]["0.1"], rows["mallory"]["0.1"], rows["zoe"]["0.1"]) == ("1", "0", "1")
+    assert "too large: 150,000 cells" in (tmp_path / "out" / "feedback" / "mallory.md").read_text()
+
+
 # --- fast: release and Gradescope ------------------------------------------------------------
 
 

@@ -7,7 +7,9 @@ them is tested in tests/test_classroom.py.
 from __future__ import annotations
 
 import io
+import json
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import nbformat
 import pytest
 
 from course import handins, nbtools
+from course.grading import limits
 
 ROOT = Path(__file__).resolve().parents[1]
 STEMS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
@@ -239,3 +242,67 @@ def test_links_in_a_hand_in_are_not_followed(tmp_path):
     os.symlink(secret, tmp_path / "ada" / "00_welcome.ipynb")
     handin = handins.read_handin("ada", [tmp_path / "ada"], tmp_path, STEMS)
     assert handin.chosen == {} and any("a link" in p for p in handin.problems)
+
+
+# --- bounds, nbformat 3 (course.grading.limits) ------------------------------------------------
+
+
+def chained(cells: int, stem: str | None = "00_welcome") -> bytes:
+    """A hostile notebook: ``cells`` code cells, each using the one before (issue 31)."""
+    sources = ["x0 = 1", *(f"x{i} = x{i - 1} + 1" for i in range(1, cells))]
+    notebook = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {"course": {"notebook": stem}} if stem else {},
+        "cells": [
+            {"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": s, "outputs": []}
+            | {"execution_count": None}
+            for i, s in enumerate(sources)
+        ],
+    }
+    return json.dumps(notebook).encode()
+
+
+def test_a_notebook_over_the_bounds_is_refused_with_its_size_in_seconds(tmp_path):
+    (tmp_path / "hw.ipynb").write_bytes(chained(150_000))  # recognised by its metadata still
+    start = time.process_time()
+    handin = handins.read_handin("mallory", [tmp_path / "hw.ipynb"], tmp_path, STEMS)
+    assert time.process_time() - start < 30  # about 1 s on a busy 2-core machine
+    found = handin.chosen["00_welcome"]
+    assert (
+        not found.readable
+        and found.problem == "hw.ipynb is too large: 150,000 cells (at most 1,000)"
+    )
+    assert "too large: 150,000 cells" in handin.notes["00_welcome"]
+    big = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1\n" * 20_000)])
+    with pytest.raises(limits.NotebookRefused, match="cell 1 holds 120,000 characters"):
+        limits.normalise(nbformat.writes(big).encode(), "big.ipynb")
+    many = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("y = 2\n" * 16_000) for _ in range(12)]
+    )
+    with pytest.raises(limits.NotebookRefused, match="1,152,000 characters in its cells"):
+        limits.normalise(nbformat.writes(many).encode(), "many.ipynb")
+
+
+def test_outputs_are_dropped_when_a_notebook_is_read(tmp_path):
+    notebook = nbformat.reads(_notebook("01").decode(), as_version=4)
+    figure = {"image/png": "iVBORw0KGgo" * 100_000}  # a 1 MB figure
+    notebook.cells[0].outputs = [nbformat.v4.new_output("display_data", data=figure)]
+    (tmp_path / "01_tokens.ipynb").write_text(nbformat.writes(notebook))
+    found = handins.read_handin("ada", [tmp_path], tmp_path, STEMS).chosen["01_tokens"]
+    assert found.readable and len(found.data) < 10_000
+    assert json.loads(found.data)["cells"][0]["outputs"] == []
+
+
+def test_an_nbformat_3_notebook_is_converted_and_its_note_says_nothing_false(tmp_path):
+    v4 = nbformat.reads(_notebook("01", stubs=1).decode(), as_version=4)
+    (tmp_path / "01_tokens.ipynb").write_text(nbformat.writes(nbformat.convert(v4, 3), version=3))
+    handin = handins.read_handin("old", [tmp_path], tmp_path, STEMS)
+    found = handin.chosen["01_tokens"]
+    assert found.readable and found.how == handins.CONTENT and found.stubs_left == 1
+    converted = json.loads(found.data)
+    assert converted["nbformat"] == 4 and "def f():" in "".join(converted["cells"][2]["source"])
+    assert "not a readable" not in handin.notes.get("01_tokens", "")
+    (tmp_path / "01_tokens.ipynb").write_text(json.dumps({"nbformat": 2, "cells": []}))
+    refused = handins.read_handin("older", [tmp_path], tmp_path, STEMS).chosen["01_tokens"]
+    assert not refused.readable and "nbformat 2" in refused.problem

@@ -301,23 +301,11 @@ def gradescope_report(
     points: dict[str, float] | None = None,
     execution_time: float | None = None,
 ) -> dict:
-    """Gradescope's results.json content, from trusted results."""
-    points = points or {}
+    """Gradescope's results.json content, from trusted results, with the points of
+    :func:`course.grading.points.decide` (the rule the feedback and grades.csv follow)."""
+    from course.grading.points import decide, gradescope_tests
 
-    def worth(r: ExerciseResult) -> float:
-        return points.get(r.exercise, 1.0)
-
-    tests = [
-        {
-            "name": f"Exercise {r.exercise} ({Path(r.notebook).stem})",
-            "score": worth(r) if r.passed else 0.0,
-            "max_score": worth(r),
-            "status": "passed" if r.passed else "failed",
-            "output": f"{r.status}: {r.message}".strip(),
-            "visibility": "visible",
-        }
-        for r in results
-    ]
+    tests = gradescope_tests(decide(results, points))
     report = {
         "score": sum(t["score"] for t in tests),
         "output": f"{sum(r.passed for r in results)} of {len(results)} exercises passed.",
