@@ -9,6 +9,7 @@ Commands (``python -m course.classroom <command>``; the Makefile wraps them):
   Moodle bulk downloads too); writes ``OUT/grades.csv``, ``OUT/feedback/<student>.md`` and
   ``OUT/written/Question_<id>.md`` (every student's written answer to one question).
 * ``gradescope --out dist/autograder.zip [--only 03,04]``  the Gradescope autograder archive.
+* ``verify OUT``  whether every file of OUT is as ``grade`` wrote it (``OUT/manifest.json``).
 * ``autograde [--root /autograder]``  what the archive's ``run_autograder`` calls: grade
   ``ROOT/submission`` and write ``ROOT/results/results.json`` (root also from
   ``$COURSE_AUTOGRADER_ROOT``).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
+import io
 import json
 import multiprocessing
 import os
@@ -43,7 +45,7 @@ import nbformat
 
 from course import grading, handins
 from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
-from course.grading import ExerciseResult
+from course.grading import ExerciseResult, output
 from course.grading.points import Line, decide, flags_text, total
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -349,6 +351,18 @@ def _written(handin: handins.Handin, templates: list[Path]) -> dict[str, str]:
     return written
 
 
+def _private_templates(templates: list[Path], folder: Path) -> list[Path]:
+    """The templates copied, before any student process starts, into the grader's private
+    folder: what grading reads from then on (never ``notebooks/`` again)."""
+    folder.mkdir(mode=0o700)
+    copies = []
+    for template in templates:
+        copy = folder / template.name
+        copy.write_bytes(template.read_bytes())
+        copies.append(copy)
+    return copies
+
+
 def grade_handins(
     everyone: list[handins.Handin],
     templates: list[Path],
@@ -361,6 +375,7 @@ def grade_handins(
     (one hand-in) and ``grade`` (a class). ``jobs`` notebooks at a time, each in a worker."""
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="course-handin-") as scratch:
+        templates = _private_templates(templates, Path(scratch) / "templates")
         plans = [
             _plan(h, templates, Path(scratch), timeout_s, memory_gb, _threads(jobs))
             for h in everyone
@@ -557,20 +572,17 @@ def _written_item(line: Line, answer: str) -> list[str]:
     return [head, *body, ""]
 
 
-def write_written(out: Path, graded: list[Graded], asked: list[Question]) -> list[Path]:
-    """``OUT/written/Question_<id>.md``: one question, every student's answer, to read and grade."""
-    folder = out / "written"
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
+def written_files(graded: list[Graded], asked: list[Question]) -> dict[str, str]:
+    """``written/Question_<id>.md`` (path in OUT -> text): one question, every student's answer,
+    to read and grade."""
+    written = {}
     for q in asked:
         lines = [f"# Question {q.id} ({Path(q.notebook).stem})", ""]
         lines += [f"> {x}" if x else ">" for x in q.prompt.splitlines()[1:]] + [""]
         for g in graded:
             answer = g.written.get(q.id, "")
             lines += [f"## {g.student}", "", answer or "*(no answer)*", ""]
-        path = folder / f"Question_{q.id}.md"
-        path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
-        written.append(path)
+        written[f"written/Question_{q.id}.md"] = "\n".join(lines).rstrip() + "\n"
     return written
 
 
@@ -607,7 +619,6 @@ def grade_class(
             submissions = _unpack_class(submissions, Path(unpacked))
         everyone = class_handins(submissions, templates)
         manual = load_manual(manual_file, items, [h.student for h in everyone])
-        (out / "feedback").mkdir(parents=True, exist_ok=True)
 
         def say(graded: Graded) -> None:
             score = total(scored(graded, points, manual.get(graded.student, {}), asked))[0]
@@ -617,7 +628,9 @@ def grade_class(
             )
 
         graded = grade_handins(everyone, templates, jobs, timeout_s, memory_gb, say)
-    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as file:
+    # Every student process has ended: OUT is written now, by the grader alone, in one go.
+    files: dict[str, str] = {}
+    with io.StringIO(newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["student", *items, "total", "flags"])
         for g in graded:
@@ -627,9 +640,13 @@ def grade_class(
             cells = ["" if by_id.get(c) is None else f"{by_id[c]:g}" for c in items]
             earned = total(decided)[0]
             writer.writerow([g.student, *cells, f"{earned:g}", flags_text(decided)])
-            text = feedback(g, points, mine, asked)
-            (out / "feedback" / f"{_safe(g.student)}.md").write_text(text, encoding="utf-8")
-    write_written(out, graded, asked)
+            files[f"feedback/{_safe(g.student)}.md"] = feedback(g, points, mine, asked)
+        files["grades.csv"] = file.getvalue()
+    files.update(written_files(graded, asked))
+    output.write_tree(out, files)
+    changed = output.verify(out)
+    if changed:
+        raise RuntimeError(f"{out} changed while it was written: {'; '.join(changed[:5])}")
     return {g.student: g.results for g in graded}
 
 
@@ -661,7 +678,8 @@ SETUP_SH = """#!/usr/bin/env bash
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
-apt-get install -y python3.11 python3.11-venv
+# bubblewrap: the sandbox the student's code runs in (course/grading/sandbox.py).
+apt-get install -y python3.11 python3.11-venv bubblewrap
 python3.11 -m venv /autograder/venv
 PIP="/autograder/venv/bin/python -m pip install --quiet"
 # CPU-only torch from PyTorch's CPU wheel index (the default wheel pulls GBs of CUDA libraries),
@@ -767,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--only", default="", help="notebook numbers to grade, e.g. 03,04")
     s.add_argument("--points", type=Path, default=None)
     s.add_argument("--timeout", type=float, default=grading.DEFAULT_TIMEOUT_S)
+    v = sub.add_parser("verify", help="whether OUT is as make grade wrote it (its manifest)")
+    v.add_argument("out", type=Path)
     a = sub.add_parser("autograde", help="(inside Gradescope) grade /autograder/submission")
     a.add_argument(
         "--root", type=Path, default=Path(os.environ.get("COURSE_AUTOGRADER_ROOT", "/autograder"))
@@ -803,6 +823,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "gradescope":
             only = [x.strip().zfill(2) for x in args.only.split(",") if x.strip()]
             print(f"wrote {build_gradescope(args.out, only, args.points, args.timeout)}")
+        elif args.command == "verify":
+            changed = output.verify(args.out)
+            for line in changed:
+                print(f"{args.out}: {line}", file=sys.stderr)
+            state = "CHANGED since grading" if changed else "as graded (manifest.json)"
+            print(f"{args.out}: {state}")
+            return 1 if changed else 0
         elif args.command == "autograde":
             report = autograde(args.root)
             print(report["output"])

@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import pkgutil
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -101,8 +102,29 @@ def trusted_checks(snapshot: dict[str, bytes] | None = None) -> dict[str, Module
                         _trusted[name] = importlib.import_module(name)
                     except Exception as error:  # noqa: BLE001 - reported on its notebook's rows
                         _broken[name] = f"{type(error).__name__}: {error}"
+            _import_course()
             _guard.append(guard)
         return _trusted
+
+
+# Command-line tools no check or replay uses (and that import matplotlib and the like).
+_NOT_FOR_GRADING = ("bench", "classroom", "nbtools", "refresh", "release", "viz")
+
+
+def _import_course() -> None:
+    """Every other module of the course package, now, before any student process: a check body
+    that imports one lazily during the replay finds it in ``sys.modules`` and never reads source
+    or bytecode from a disk that student code has run beside."""
+    import course
+
+    for info in pkgutil.walk_packages(course.__path__, "course."):
+        parts = info.name.split(".")
+        if parts[1] in _NOT_FOR_GRADING or info.name in sys.modules:
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001, S112 - a module nothing imports may be broken: not ours
+            continue
 
 
 def broken_checks() -> dict[str, str]:
@@ -197,9 +219,8 @@ def forbidden(source: str, own: str | None = None) -> list[str]:
 
 def read_record(folder: Path, name: str) -> bytes | None:
     """The record's bytes, or None (missing, not a plain file, or too large to be one)."""
-    from course.observe import MAX_RECORD_BYTES
-
     from course.grading.kernel import read_back
+    from course.observe import MAX_RECORD_BYTES
 
     # Never through a link, never blocking on a named pipe, a regular file of bounded size.
     return read_back(record_path(folder, name), MAX_RECORD_BYTES)
