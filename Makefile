@@ -83,9 +83,9 @@ grade: setup ## Grade a class: make grade SUBMISSIONS=dir|zip OUT=dir [JOBS=1] [
 sandbox: setup ## How student code is fenced in on this machine (needs bubblewrap: apt-get install bubblewrap)
 	$(BIN)/python -m course.grading.sandbox
 
-release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name]
-	@test -n "$(DIR)" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name]"; exit 1; }
-	$(BIN)/python -m course.release $(DIR) $(UPTO) $(if $(REPO),--repo $(REPO),)
+release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1 [HUB=url]]
+	@test -n "$(DIR)" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1: with its website] [HUB=url]"; exit 1; }
+	$(BIN)/python -m course.release $(DIR) $(UPTO) $(if $(REPO),--repo $(REPO),) $(if $(filter 1,$(SITE)),--site $(if $(HUB),--hub $(HUB),),)
 
 gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json] [TIMEOUT=s]
 	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points $(POINTS),) $(if $(TIMEOUT),--timeout $(TIMEOUT),)

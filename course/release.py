@@ -10,11 +10,16 @@ hold correct implementations of the exercises).
 
 What it still contains by design: ``course/nn.py`` holds the answers of the notebooks before
 UPTO (later notebooks import them).
+
+With ``--site`` (``make release ... SITE=1``) the copy also holds ``site/``: the course website
+of the released notebooks without solutions, as ``make site SOLUTIONS=0`` builds it
+(``docs/site/build.py``), ready to publish; ``--hub URL`` adds nbgitpuller links to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -169,6 +174,27 @@ def release(dest: Path, upto: int, repo: str | None = None) -> list[Path]:
     return sorted(dest / r for r in written)
 
 
+SITE_BUILDER = ROOT / "docs" / "site" / "build.py"
+SITE_NOTE = """
+## The website
+
+`site/` is this course's website (notebooks 00 to {upto}, no solutions): open
+`site/index.html`, or publish the folder as it is (GitHub Pages, any static web server).
+"""
+
+
+def build_site(dest: Path, upto: int, repo: str | None = None, hub: str | None = None) -> Path:
+    """Write the student website of notebooks 00..upto into ``dest/site`` (see the docstring)."""
+    command = [sys.executable, str(SITE_BUILDER), "--out", str(dest / "site"), "--no-solutions"]
+    command += ["--upto", str(upto), *(["--repo", repo] if repo else [])]
+    command += ["--hub", hub] if hub else []
+    if subprocess.run(command, cwd=ROOT).returncode:
+        raise SystemExit("the website was not built (messages above); the copy itself is complete")
+    with (dest / "README.md").open("a", encoding="utf-8") as readme:
+        readme.write(SITE_NOTE.format(upto=f"{upto:02d}"))
+    return dest / "site"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course.release", description=__doc__.split("\n")[0]
@@ -176,9 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", type=Path, help="folder to create")
     parser.add_argument("upto", type=int, help="last notebook number to release, e.g. 3")
     parser.add_argument("--repo", default=None, help="owner/name the badges and setup cells clone")
+    parser.add_argument("--site", action="store_true", help="also build the website into DIR/site")
+    parser.add_argument("--hub", default=None, help="with --site: JupyterHub for nbgitpuller links")
     args = parser.parse_args(argv)
     files = release(args.dest, args.upto, args.repo)
     print(f"wrote {len(files)} files to {args.dest} (notebooks 00 to {args.upto:02d})")
+    if args.site:
+        build_site(args.dest, args.upto, args.repo, args.hub)
     return 0
 
 

@@ -85,7 +85,7 @@ def _readme(options) -> str:
     if options.solutions:
         shown |= {f"solutions/{p.stem}" for p in site_build.selected("solutions", options)}
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return site_build.landing_page(readme, options, shown, SLUG)
+    return site_build.landing_page(readme, options, shown)
 
 
 def test_landing_page_links_the_table_to_pages_with_local_badges():
@@ -109,12 +109,15 @@ def test_a_page_shows_its_links_in_place_of_the_header_badge():
     import nbformat
 
     path = ROOT / "solutions" / "02_attention.ipynb"
-    text = site_build.page_notebook(path, "solutions", site_build.Options(hub=HUB), SLUG)
+    shown = {"solutions/01_tokens"}  # 00 is left out: its link becomes text
+    text = site_build.page_notebook(path, "solutions", site_build.Options(hub=HUB), SLUG, shown)
     header = nbformat.reads(text, as_version=4).cells[0].source
     assert header.startswith("# 02 · ")
     assert "[![Open In Colab]" not in header
     assert header.count('class="nb-links"') == 1 and 'class="nb-hub"' in header
     assert f"{SLUG}/blob/main/solutions/02_attention.ipynb" in header
+    assert "[01 · tokens](01_tokens.ipynb)" in header
+    assert "00_welcome.ipynb" not in header and "00 · welcome" in header
 
 
 # ----------------------------------------------------------------------------- wiring
@@ -296,7 +299,7 @@ def test_page_loads_cleanly_in_chromium(browser, site, page):
         download = browser.execute_script(
             "const a = document.querySelector('a.nb-download'); return a ? a.href : null"
         )
-        status, body = _fetch(download or "")
+        status, body = _fetch(download) if download else (0, b"")
         if download != urljoin(base, notebook) or status != 200 or b'"nbformat"' not in body:
             problems.append(f"download link {download!r} (HTTP {status}) is not {notebook}")
         hubs = browser.execute_script(

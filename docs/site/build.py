@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import posixpath
 import re
 import shutil
 import subprocess
@@ -53,7 +54,8 @@ LOCAL_BADGE = "_static/colab-badge.svg"
 HEADER_BADGE = re.compile(
     r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/[^)]*\)"
 )
-NOTEBOOK_LINK = re.compile(r"\]\((notebooks|solutions)/(\d\d_[\w.-]+)\.ipynb\)")
+# A Markdown link to a notebook by a relative path: [text](../notebooks/04_x.ipynb#anchor)
+NOTEBOOK_LINK = re.compile(r"\[([^\]]+)\]\((?!\w+:)([^)\s]+?)\.ipynb(#[^)\s]*)?\)")
 BUILD_INFO = "_site.json"  # what was built, for the browser test and for readers
 
 
@@ -121,9 +123,12 @@ def selected(folder: str, options: Options) -> list[Path]:
     return [p for p in paths if options.upto is None or int(p.name[:2]) <= options.upto]
 
 
-def page_notebook(path: Path, folder: str, options: Options, slug: str) -> str:
-    """The staged copy of one notebook: the header badge becomes the link bar."""
+def page_notebook(path: Path, folder: str, options: Options, slug: str, shown: set[str]) -> str:
+    """The staged copy of one notebook: the header badge becomes the link bar, and links to
+    notebooks this build leaves out become plain text."""
     notebook = nbformat.read(path, as_version=4)
+    # the widgets' saved state only serves scripts this site does not load (see conf.py)
+    notebook.metadata.pop("widgets", None)
     bar = link_bar(f"{folder}/{path.name}", options, slug)
     header = notebook.cells[0]
     if header.cell_type == "markdown" and HEADER_BADGE.search(header.source):
@@ -133,10 +138,11 @@ def page_notebook(path: Path, folder: str, options: Options, slug: str) -> str:
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             cell.source = cell.source.replace(BADGE_IMAGE, f"../{LOCAL_BADGE}")
+            cell.source = unlink_missing(cell.source, folder, shown)
     return nbformat.writes(notebook)
 
 
-def landing_page(readme: str, options: Options, shown: set[str], slug: str) -> str:
+def landing_page(readme: str, options: Options, shown: set[str]) -> str:
     """The README as the site's first page: table links go to pages, badges load locally."""
     lines, column = [], None  # column: index of the table's solution column while in the table
     for line in readme.splitlines():
@@ -155,13 +161,21 @@ def landing_page(readme: str, options: Options, shown: set[str], slug: str) -> s
         lines.append(line)
     text = ("\n".join(lines) + "\n").replace(BADGE_IMAGE, LOCAL_BADGE)
 
-    def page_link(match: re.Match) -> str:
-        relative = f"{match[1]}/{match[2]}"
-        # a notebook this site has no page for is linked on GitHub
-        target = "" if relative in shown else f"https://github.com/{slug}/blob/main/"
-        return f"]({target}{relative}.ipynb)"
+    return unlink_missing(text, "", shown)
 
-    return NOTEBOOK_LINK.sub(page_link, text)
+
+def unlink_missing(text: str, folder: str, shown: set[str]) -> str:
+    """``text`` whose links to notebooks without a page here (left out) become plain text.
+
+    ``folder`` is where ``text`` lives ("" for the landing page); ``shown`` holds the pages
+    of this build as "notebooks/02_attention". MyST turns the other links into page links.
+    """
+
+    def link(match: re.Match) -> str:
+        target = posixpath.normpath(posixpath.join(folder, match[2]))
+        return match[0] if target in shown else match[1]
+
+    return NOTEBOOK_LINK.sub(link, text)
 
 
 def toctree(caption: str, entries: list[str]) -> str:
@@ -183,22 +197,21 @@ def stage(options: Options) -> dict:
         return nbtools.rewrite_repository(text, slug) if options.repo else text
 
     folders = ["notebooks"] + (["solutions"] if options.solutions else [])
-    pages: dict[str, list[str]] = {}
-    for folder in folders:
+    notebooks = {folder: selected(folder, options) for folder in folders}
+    if not notebooks["notebooks"]:
+        raise SystemExit(f"no notebook 00..{options.upto} in notebooks/: nothing to publish")
+    pages = {folder: [f"{folder}/{p.stem}" for p in paths] for folder, paths in notebooks.items()}
+    shown = {page for entries in pages.values() for page in entries}
+    for folder, paths in notebooks.items():
         (STAGING / folder).mkdir()
         (STAGING / "_extra" / folder).mkdir()
-        pages[folder] = []
-        for path in selected(folder, options):
-            staged = rewrite(page_notebook(path, folder, options, slug))
+        for path in paths:
+            staged = rewrite(page_notebook(path, folder, options, slug, shown))
             (STAGING / folder / path.name).write_text(staged, encoding="utf-8")
             download = rewrite(path.read_text(encoding="utf-8"))
             (STAGING / "_extra" / folder / path.name).write_text(download, encoding="utf-8")
-            pages[folder].append(f"{folder}/{path.stem}")
-    if not pages["notebooks"]:
-        raise SystemExit(f"no notebook 00..{options.upto} in notebooks/: nothing to publish")
-    shown = {page for entries in pages.values() for page in entries}
     readme = rewrite((ROOT / "README.md").read_text(encoding="utf-8"))
-    index = landing_page(readme, options, shown, slug)
+    index = landing_page(readme, options, shown)
     index += toctree("Exercises", pages["notebooks"])
     if options.solutions:
         index += toctree("Solutions", pages["solutions"])
