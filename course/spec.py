@@ -75,8 +75,8 @@ class Case:
     strict: bool = False  # the text asks for float64 precision: compare at float64's tolerance
     grad: bool = False  # compare the gradients of the spec's ``gradients`` on this case
     device: bool = True  # run this case again on the second device
-    compare: bool = True  # compare the result with the reference (False: random results,
-    # which only the spec's properties judge)
+    compare: bool = True  # compare values with the reference's (False: only its type and
+    # shape; the spec's properties judge the values). A reference returning None: no comparison.
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ class Property:
     exactly 0, causality, padding invariance...). ``observe(student, case, call)`` makes the
     observations it needs (``call(inputs)`` calls the student's code as the spec does) and
     returns them as plain data; ``judge(case, got, expected, observed)`` decides, on the trusted
-    side only, after the result's type and shape were found right and before its values are
-    compared (so the property's own message is the one a student reads). Write both in
+    side only, after the result's types and dtypes were found right and before its shapes and
+    values are compared (so the property's own message is the one a student reads). Write both in
     :mod:`course.properties`, with the message."""
 
     name: str
@@ -262,29 +262,35 @@ def _judge_case(
     """Observe the spec's properties on ``case``; then, on the trusted side only: the result's
     type and shape, the properties' judgements, the result's values (the reference is computed
     here and nowhere else)."""
+    params = spec.params if isinstance(spec, Spec) else spec.forward
+    random = isinstance(spec, Spec) and spec.random == GLOBAL
+
+    def call_for(item: Property) -> Callable[[Mapping[str, Any]], Any]:
+        what = f"{spec.name} on {case.what}, for the property: {item.name}"
+        return lambda inputs: _call(what, student, (), dict(inputs), params, random)
+
     observed = [
-        (
-            item,
-            item.observe(student, case, lambda inputs: student(**inputs)) if item.observe else None,
-        )
+        (item, item.observe(student, case, call_for(item)) if item.observe else None)
         for item in spec.properties
         if item.applies(case)
     ]
     if not judging():
         return
-    expected = reference() if case.compare else None
+    expected = reference()  # None: a random result, which only the properties judge
     hint = case.hint or spec.hint
-    if case.compare:
+    if expected is not None:
         for what, got in results:
             prop.expect_result(got, expected, what, hint, case.strict, values=False)
     for item, seen in observed:
         item.judge(case, results[0][1], expected, seen)
-    if case.compare:
+    if expected is not None and case.compare:
         for what, got in results:
             prop.expect_result(got, expected, what, hint, case.strict)
 
 
 def _first_tensor(result: Any) -> Any:
+    if isinstance(result, prop.OneOf):
+        return result.value
     if isinstance(result, tuple | list) and result:
         return _first_tensor(result[0])
     return result

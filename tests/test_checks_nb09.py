@@ -154,7 +154,7 @@ LOSS_WRONG = {
     "log of softmax (numeric range)": (_log_of_softmax, "numeric range"),
     "perplexity from the summed loss": (_exp_of_sum, "exp(loss)"),
     "detached logits (gradients)": (_detached, "gradients"),
-    "loss as a float": (_item, "should be a tensor"),
+    "loss as a float": (_item, "stated return type"),
     "logits changed in place (inputs untouched)": (_in_place, "inputs untouched"),
     "a mask made on the CPU (device)": (_mask_on_cpu, "device"),
 }
@@ -355,7 +355,7 @@ def _one_row_at_a_time(model, prompts, max_new_tokens, eos_id, pad_id, generator
     # nanoGPT's generate() loop, one prompt at a time
     out = []
     for prompt in prompts:
-        idx = torch.tensor([prompt])
+        idx = torch.tensor([prompt], device=next(model.parameters()).device)  # nanoGPT: on device
         for _ in range(max_new_tokens):
             with torch.no_grad():
                 logits = model(idx)[:, -1, :]
