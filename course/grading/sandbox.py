@@ -131,11 +131,8 @@ def prefix(
             words += ["--ro-bind", str(top), str(top)]
     roots = readable_roots()
     made: set[Path] = set()
-    for path in [*roots, scratch]:  # the folders above each bound path, open to its uid
-        for parent in reversed(path.parents[:-1]):
-            if parent not in made:
-                made.add(parent)
-                words += ["--perms", "0755", "--dir", str(parent)]
+    for path in roots:  # the folders above each bound path, open to its uid
+        words += _folders_above(path, made)
     for root in roots:
         words += ["--ro-bind", str(root), str(root)]
     for name in ETC:
@@ -145,6 +142,8 @@ def prefix(
     words += ["--proc", "/proc", "--dev", "/dev"]
     (scratch / "tmp").mkdir(exist_ok=True)
     words += ["--bind", str(scratch / "tmp"), "/tmp"]  # a private /tmp, inside the scratch
+    # After it: a scratch under /tmp (the usual TMPDIR) gets its folders inside the private one.
+    words += _folders_above(scratch, made - {Path("/tmp")})
     words += ["--ro-bind", str(scratch), str(scratch)]
     for path in [scratch / "tmp", *writable]:
         path = Path(path).resolve()
@@ -155,6 +154,17 @@ def prefix(
         words += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--", *_setpriv(choice.uid)]
     else:
         words.append("--")
+    return words
+
+
+def _folders_above(path: Path, made: set[Path]) -> list[str]:
+    """bwrap words creating the folders above ``path`` (mode 0755, else bwrap makes them 0700
+    and the student's uid could not pass) that ``made`` does not hold yet; adds them to it."""
+    words = []
+    for parent in reversed(path.parents[:-1]):
+        if parent not in made:
+            made.add(parent)
+            words += ["--perms", "0755", "--dir", str(parent)]
     return words
 
 
