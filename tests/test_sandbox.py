@@ -142,6 +142,15 @@ def test_no_notice_when_sandboxed():
     assert sandbox.notice() is None
 
 
+def test_the_notice_names_why_and_what_is_unprotected():
+    line = sandbox.notice(sandbox.Choice("none", None, "bubblewrap is not installed"))
+    assert line.startswith("warning: no sandbox (bubblewrap is not installed)")
+    assert "\n" not in line and "README" in line
+    line = sandbox.notice(sandbox.Choice("uid", 100123, "no namespaces"))
+    assert "network" in line and "\n" not in line
+
+
+@pytest.mark.slow
 def test_without_a_sandbox_progress_says_so_in_one_line_before_grading(tmp_path):
     env = dict(os.environ, **{sandbox.SANDBOX_ENV: "0"})
     done = subprocess.run(
