@@ -656,6 +656,141 @@ CACHE_WRONG = {
 }
 
 
+# --- written after the spec runner (issue 30's families), not designed against it --------------
+
+
+def _loss_shape_one(logits, token_ids, pad_id):  # family 1: a loss of shape (1,)
+    loss, _ = lm_loss(logits, token_ids, pad_id)
+    return loss.reshape(1), loss.exp()
+
+
+def _ppl_numpy(logits, token_ids, pad_id):  # family 1: numpy.float32 perplexity
+    import numpy as np
+
+    loss, _ = lm_loss(logits, token_ids, pad_id)
+    return loss, np.exp(np.float32(loss.item()))
+
+
+def _filter_numpy_nucleus(logits, temperature=1.0, top_k=None, top_p=None):  # family 2
+    import numpy as np
+
+    out = filter_logits(logits, temperature, top_k, None)
+    if top_p is None or top_p >= 1:
+        return out
+    probs = np.asarray(torch.softmax(out, -1).detach())
+    order = np.argsort(-probs, axis=-1)
+    sorted_probs = np.take_along_axis(probs, order, -1)
+    before = np.cumsum(sorted_probs, -1) - sorted_probs
+    remove = np.zeros_like(before, dtype=bool)
+    np.put_along_axis(remove, order, before >= top_p, -1)
+    return out.masked_fill(torch.from_numpy(remove), NEG_INF)
+
+
+def _filter_returns_numpy(logits, temperature=1.0, top_k=None, top_p=None):  # family 1
+    return filter_logits(logits, temperature, top_k, top_p).numpy()
+
+
+def _rows_as_tensors(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args):
+    rows = sample(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args)
+    return [torch.tensor(r, dtype=torch.long) for r in rows]  # family 1: not lists of ints
+
+
+def _one_draw_for_all(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args):
+    # family 5: one token drawn per step and given to every row (not independent per row)
+    rows, new = [list(p) for p in prompts], [[] for _ in prompts]
+    active = list(range(len(prompts)))
+    for _ in range(max_new_tokens):
+        if not active:
+            break
+        last = _right_padded(model, [rows[i] for i in active], pad_id)
+        probs = torch.softmax(filter_logits(last[:1], **filter_args), dim=-1)
+        token = int(torch.multinomial(probs, 1, generator=generator))
+        for i in active:
+            rows[i].append(token)
+            new[i].append(token)
+        active = [i for i in active if token != eos_id]
+    return new
+
+
+def _short_range(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args):
+    # family 5: draws over ids 0..V-2 only (the last id is never drawn): the id range is wrong
+    rows, new = [list(p) for p in prompts], [[] for _ in prompts]
+    active = list(range(len(prompts)))
+    for _ in range(max_new_tokens):
+        if not active:
+            break
+        last = _right_padded(model, [rows[i] for i in active], pad_id)
+        probs = torch.softmax(filter_logits(last, **filter_args), dim=-1)[:, :-1]
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
+        for i, token in zip(active, tokens, strict=True):
+            rows[i].append(token)
+            new[i].append(token)
+        active = [i for i, t in zip(active, tokens, strict=True) if t != eos_id]
+    return new
+
+
+def _cache_numpy_mask(attention, x, cache=None):  # family 2: a mask through NumPy
+    import numpy as np
+
+    q = split_heads(attention.w_q(x), attention.num_heads)
+    k = split_heads(attention.w_k(x), attention.num_heads)
+    v = split_heads(attention.w_v(x), attention.num_heads)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+    new, total = x.size(1), k.size(2)
+    mask = torch.from_numpy(np.tril(np.ones((new, total), dtype=bool), total - new))
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    return attention.w_o(merge_heads(out)), (k, v)
+
+
+def _cache_as_list(attention, x, cache=None):  # right: a list where the text says a pair
+    out, (k, v) = attend_with_cache(attention, x, cache)
+    return out, [k, v]
+
+
+def _filter_reordered(logits, top_k=None, top_p=None, temperature=1.0):  # right: keywords only
+    return filter_logits(logits, temperature, top_k, top_p)
+
+
+def _rows_tolist_loop(model, prompts, max_new_tokens, eos_id, pad_id, generator, **filter_args):
+    out = []  # right: one prompt at a time, ids on the model's device, ints from .item()
+    device = next(model.parameters()).device
+    for prompt in prompts:
+        ids, new = list(prompt), []
+        for _ in range(max_new_tokens):
+            with torch.no_grad():
+                logits = model(torch.tensor([ids], device=device))[0, -1]
+            probs = torch.softmax(filter_logits(logits, **filter_args), dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator).item()
+            ids.append(token)
+            new.append(token)
+            if token == eos_id:
+                break
+        out.append(new)
+    return out
+
+
+LOSS_WRONG |= {
+    "after: a loss of shape (1,) (stated type)": (_loss_shape_one, "shape"),
+    "after: perplexity as numpy.float32 (stated type)": (_ppl_numpy, "numpy.float32"),
+}
+FILTER_RIGHT |= {"parameters in another order, called by keyword": _filter_reordered}
+FILTER_WRONG |= {
+    "after: the nucleus through NumPy (device)": (_filter_numpy_nucleus, "device"),
+    "after: a NumPy array returned (stated type)": (_filter_returns_numpy, "numpy.ndarray"),
+}
+SAMPLE_RIGHT |= {"a loop per prompt with .item()": _rows_tolist_loop}
+SAMPLE_WRONG |= {
+    "after: rows as tensors (stated type)": (_rows_as_tensors, "stated return type"),
+    "after: one draw shared by every row (independent per row)": (_one_draw_for_all, "own prompt"),
+    "after: draws over a range without the last id": (_short_range, "raised"),
+}
+CACHE_WRONG |= {
+    "after: a mask through NumPy (device)": (_cache_numpy_mask, "device"),
+}
+CACHE_RIGHT |= {"the pair as a list (unpacked the same way)": _cache_as_list}
+
+
 # --- the tests ----------------------------------------------------------------------------------
 
 CHECKS = {
