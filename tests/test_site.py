@@ -324,11 +324,9 @@ def test_page_loads_cleanly_in_chromium(browser, site, page):
             problems.append("the landing page has no Colab badge")
     if not info["solutions"] and any("/solutions/" in link for link in links):
         problems.append("a student site links to solutions")
-    if os.environ.get("COURSE_SITE_SCREENSHOTS") and page in (
-        "index.html",
-        "solutions/02_attention.html",
-    ):
-        _screenshot(browser, Path(os.environ["COURSE_SITE_SCREENSHOTS"]), page)
+    screenshots = os.environ.get("COURSE_SITE_SCREENSHOTS")
+    if screenshots and site == ROOT / SITE_DIRS[0] and page in SCREENSHOT_PAGES:
+        _screenshot(browser, Path(screenshots), page)
     assert not problems, f"{page} of {site}:\n" + "\n".join(problems)
 
 
@@ -361,15 +359,29 @@ def test_every_notebook_has_a_page_and_the_search_box_finds_them(browser, site):
     assert not [m for m in messages if m["level"] == "SEVERE"]
 
 
+SCREENSHOT_PAGES = {
+    "index.html": "site-landing.png",
+    "solutions/02_attention.html": "site-notebook.png",
+}
+
+
 def _screenshot(driver, folder: Path, page: str) -> None:
-    """A small PNG of the page as a reader first sees it (for the README's docs/)."""
+    """A small PNG of the page (for the README's docs/): the top of the landing page, the
+    first figure of a notebook page with the prose and math above it."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
-    name = "site-landing.png" if page == "index.html" else "site-notebook.png"
+    name = SCREENSHOT_PAGES[page]
+    driver.execute_script(
+        "const figure = document.querySelector('.cell_output img');"
+        "if (figure && !location.pathname.endsWith('index.html')) {"
+        "  figure.scrollIntoView({block: 'end', behavior: 'instant'});"
+        "  window.scrollBy({top: 40, behavior: 'instant'}); }"
+    )
+    time.sleep(0.3)
     raw = folder / f".{name}.raw.png"
     driver.save_screenshot(str(raw))
     with Image.open(raw) as image:
-        small = image.convert("RGB").quantize(colors=64)
+        small = image.convert("RGB").quantize(colors=256)
         small.save(folder / name, optimize=True)
     raw.unlink()
