@@ -96,14 +96,19 @@ def call(
     *args: Any,
     random: bool = False,
     names: Sequence[str] = (),
+    free: Sequence[str] = (),
     **kwargs: Any,
 ) -> Any:
     """``function(*args, **kwargs)`` observed: its result as plain data.
 
     Fails when the call changed one of its arguments (a tensor, list or dict) in place: the
-    property "inputs untouched". ``names`` names the positional arguments in messages.
+    property "inputs untouched". ``names`` names the positional arguments in messages; the
+    arguments named in ``free`` may change (the exercise text allows it).
     """
-    before = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
+    before = (
+        [None if i < len(names) and names[i] in free else _snapshot(a) for i, a in enumerate(args)],
+        {k: None if k in free else _snapshot(v) for k, v in kwargs.items()},
+    )
 
     def run() -> dict[str, Any]:
         result = function(*args, **kwargs)
@@ -337,13 +342,16 @@ def observe_gradients(
 
 # --- the properties a spec declares (applied by course.spec's runner) -----------------------
 
-from course.observe import type_name  # noqa: E402 - grouped with the spec properties
+from course.observe import Foreign, type_name  # noqa: E402 - grouped with the spec properties
 from course.virtual import DeviceMixed, run_on_virtual  # noqa: E402
 
 
-def tolerance(dtype: torch.dtype, strict: bool = False) -> dict[str, float]:
+def tolerance(dtype: torch.dtype, strict: bool | dict = False) -> dict[str, float]:
     """What a dtype allows. float64 is held to float64 precision only when the exercise text asks
-    for it (``strict``); otherwise a right answer computed in float32 inside passes too."""
+    for it (``strict``); otherwise a right answer computed in float32 inside passes too. A dict
+    is a case's own bound (an expanded square cancels digits: its bound follows its terms)."""
+    if isinstance(strict, dict):
+        return strict
     if dtype == torch.float64 and strict:
         return {"atol": 1e-10, "rtol": 1e-8}
     if dtype in (torch.float16, torch.bfloat16):
@@ -360,7 +368,7 @@ def expect_result(
     expected: Any,
     what: str,
     hint: str | None = None,
-    strict: bool = False,
+    strict: bool | dict = False,
     values: bool = True,
 ) -> None:
     """The stated result: the same type at every leaf (a Python float is not a NumPy float, a
@@ -368,6 +376,9 @@ def expect_result(
     and (with ``values``) values within :func:`tolerance`, NaN where the reference has NaN."""
     if isinstance(expected, OneOf):
         expected = _one_of(got, expected, what, hint)
+        if isinstance(got, Foreign):  # an accepted foreign type (a NumPy array): its values
+            got = got.value
+            expected = expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected
     if isinstance(expected, tuple | list):
         expect(
             isinstance(got, tuple | list) and (isinstance(expected, tuple) or type(got) is list),
@@ -533,14 +544,16 @@ def expect_device(what: str, observed: dict[str, Any], hint: str | None = None) 
     expect(
         error is None,
         f"{what}: on another device (a GPU, or here a test device) your code failed with "
-        f"{error} (the property violated: device; the same inputs on the CPU worked).",
+        f"{error} (the property violated: device, the result must live on the inputs' device; "
+        "the same inputs on the CPU worked).",
         hint or DEVICE_HINT,
     )
     devices = observed.get("devices") or []
     expect(
         all(d == "virtual" for d in devices),
         f"{what}: given inputs on another device, your code returned a tensor on the CPU (the "
-        "property violated: device). On a GPU the next operation would fail.",
+        "property violated: device, the result must live on the inputs' device). On a GPU the "
+        "next operation would fail.",
         hint or DEVICE_HINT,
     )
 
@@ -561,8 +574,8 @@ def expect_gradients(
             continue
         expect(
             isinstance(mine, torch.Tensor),
-            f"{what}: no gradient reaches `{name}` (the property violated: gradients); training "
-            "could not learn what produces it.",
+            f"{what}: no gradient reaches `{name}` (the property violated: gradients, the result "
+            "must stay differentiable); training could not learn what produces it.",
             hint
             or "Compute with differentiable torch operations; no .detach(), .item(), NumPy "
             "or torch.no_grad() on the way to the output.",
@@ -863,7 +876,7 @@ def close_by_position(
 
     def watch(student: Any, case: Any, call_: Callable) -> list[Any]:
         shown = lambda i: f"{name}({', '.join(map(str, i.values()))})"  # noqa: E731
-        return [call(shown(i), student, **i) for i in sizes]
+        return [call(shown(i), student, *i.values()) for i in sizes]  # as the course calls it
 
     def judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
         error = 0.0
@@ -978,6 +991,7 @@ def relative_scores(what: str, length: int = 12, dim: int = 32, hint: str | None
         )
 
     return {"observe": watch, "judge": judge}
+
 
 # Statistical properties: exact where randomness allows. Each test is two-sided at FALSE_ALARM
 # (a right implementation fails it with that probability, over the grader's random seeds), and
@@ -1153,6 +1167,71 @@ def expect_mlm_id_range(case: Any, got: Any, expected: Any, seen: Any) -> None:
     )
 
 
+def sinusoid_first_row(hint: str | None = None) -> dict:
+    """Row 0 of a sinusoidal table is (sin 0, cos 0, ...) = (0, 1, 0, 1, ...): the usual slips
+    (sin and cos swapped, positions from 1, no cosines, two halves) named from it."""
+
+    def judge(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
+        row, truth = got[0].double(), expected[0].double()
+        half = row.shape[0] // 2
+        near = lambda a, b: torch.allclose(a, b, atol=1e-4)  # noqa: E731
+        if near(row, truth):
+            return
+        if near(row, 1.0 - truth):
+            slip = "sin and cos are swapped (sin goes to the even columns)"
+        elif expected.shape[0] > 1 and near(row, expected[1].double()):
+            slip = "it equals the paper's PE[1]: positions must start at 0, not 1"
+        elif near(row, torch.zeros_like(row)):
+            slip = "it is all zeros, but cos 0 = 1 belongs in every odd column"
+        elif near(row[:half], 0 * row[:half]) and near(row[half:], 1 + 0 * row[half:]):
+            slip = "sines and cosines are in two halves, but the paper interleaves them"
+        else:
+            slip = "sin goes to the even columns, cos to the odd ones, positions from 0"
+        raise CheckFailure(
+            f"{case.what}: PE[0] should be (sin 0, cos 0, sin 0, ...) = (0, 1, 0, 1, ...); "
+            f"{slip} (the property violated: the first row of the formula).",
+            hint,
+        )
+
+    return {"judge": judge}
+
+
+def rotation(reference: Callable[..., torch.Tensor], hint: str | None = None) -> dict:
+    """A rotation by position: every vector keeps its norm, position 0 is unchanged, and the
+    adjacent pairs of the text are rotated (not the pairs (x_i, x_(i + d/2)))."""
+
+    def judge(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
+        x = case.inputs["x"].double()
+        bound = tolerance(got.dtype)
+        expect(
+            torch.allclose(got.double().norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4),
+            f"on {case.what}, the vector norms changed (the property violated: a rotation keeps "
+            "every length).",
+            hint,
+        )
+        if case.inputs.get("positions") is None:
+            expect(
+                torch.allclose(got[..., 0, :].double(), x[..., 0, :], **bound),
+                f"on {case.what}, the vectors at position 0 changed (the property violated: "
+                "angle 0 at position 0, positions count from 0).",
+                hint,
+            )
+        half = x.shape[-1] // 2
+        x = case.inputs["x"]
+        paired = torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
+        out = reference(**{**case.inputs, "x": paired}).unflatten(-1, (half, 2))
+        other = torch.cat((out[..., 0], out[..., 1]), dim=-1)
+        expect(
+            torch.allclose(got, expected, **bound) or not torch.allclose(got, other, **bound),
+            f"on {case.what}, the pairs (x_i, x_(i+d/2)) of the half-split layout were rotated; "
+            "this exercise rotates the adjacent pairs (x_2i, x_2i+1) (the property violated: "
+            "which coordinates form a pair).",
+            hint,
+        )
+
+    return {"judge": judge}
+
+
 # --- properties first declared by notebook 06 ---
 
 
@@ -1300,10 +1379,12 @@ def normal_init(
     hint: str,
 ) -> dict[str, Callable]:
     """A table (``read(module)`` after ``__init__``) drawn from N(0, std^2), ``zero_rows``
-    exactly zero. Pooled mean and std within 6 standard errors; where rows have 64 entries or
-    more, every row's std within [std/2, 2 std] (for a 1000 x 64 table a false alarm has
-    probability 2e-7), so an initialisation applied to part of the table fails, however small
-    the part."""
+    exactly zero, every other row drawn on its own. Structural where the text fixes the
+    structure: where rows have 64 entries or more, every row's std within [std/2, 2 std] (for a
+    1000 x 64 table a false alarm has probability 2e-7), so an initialisation applied to part
+    of the table fails however small the part. Pooled: mean, std, excess kurtosis (a uniform
+    draw of the same std) and the correlation of neighbouring rows (one vector broadcast to
+    every row), each within 6 standard errors (a false alarm about 2e-9 each)."""
 
     def judge(case: Any, got: Any, expected: Any, table: Any) -> None:
         if not isinstance(table, torch.Tensor) or table.dim() != 2:
@@ -1329,11 +1410,18 @@ def normal_init(
             hint,
         )
         n, mean, pooled = rows.numel(), rows.mean().item(), rows.std().item()
+        kurtosis = ((rows / sigma) ** 4).mean().item() - 3
+        unit = rows / rows.norm(dim=1, keepdim=True)
+        neighbours = (unit[:-1] * unit[1:]).sum(dim=1).mean().item() if len(rows) > 1 else 0.0
         expect(
-            abs(mean) <= 6 * sigma / n**0.5 and abs(pooled / sigma - 1) <= 6 / (2 * n) ** 0.5,
-            f"{made}: the table's entries have mean {mean:.3g} and std {pooled:.3g}; the "
-            f"exercise asks for N(0, {sigma:.3g}^2) (the property violated: the initial "
-            "distribution).",
+            abs(mean) <= 6 * sigma / n**0.5
+            and abs(pooled / sigma - 1) <= 6 / (2 * n) ** 0.5
+            and abs(kurtosis) <= 6 * (24 / n) ** 0.5 + 6 * (2 / n) ** 0.5
+            and abs(neighbours) <= 6 / (rows.size(1) * max(len(rows) - 1, 1)) ** 0.5,
+            f"{made}: the table's entries have mean {mean:.3g}, std {pooled:.3g}, excess "
+            f"kurtosis {kurtosis:.2f} and neighbouring rows correlate {neighbours:.2f}; the "
+            f"exercise asks for every entry drawn from N(0, {sigma:.3g}^2) on its own (mean "
+            "0, kurtosis 0, no correlation; the property violated: the initial distribution).",
             hint,
         )
 
@@ -1691,7 +1779,10 @@ def dropped_in_training(
             out = call_(case.inputs)
         finally:
             observe(f"{case.what}: .eval()", lambda: module.eval() and None)
-        return {"out": out, "state": observe(f"{case.what}: the state dict", lambda: dict(module.state_dict()))}
+        return {
+            "out": out,
+            "state": observe(f"{case.what}: the state dict", lambda: dict(module.state_dict())),
+        }
 
     def judge(case: Any, got: Any, expected: Any, seen: dict[str, Any]) -> None:
         out, want = seen["out"], expected_of(case, seen["state"])
@@ -1726,8 +1817,10 @@ def encode_then_decode(hint: str | None = None) -> dict:
         mask, src = seen["mask"], case.inputs["src_ids"]
         want = (src != case.pad)[:, None, :]
         expect(
-            isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
-            and mask.shape == want.shape and torch.equal(mask, want),
+            isinstance(mask, torch.Tensor)
+            and mask.dtype == torch.bool
+            and mask.shape == want.shape
+            and torch.equal(mask, want),
             f"on {case.what}: encode(src_ids) should return, second, the source padding mask: "
             f"boolean, shape {tuple(want.shape)}, True on real tokens (the property violated: "
             "what encode returns).",
@@ -1775,5 +1868,28 @@ def decoding_protocol(hint: str | None = None) -> dict:
             "growing target).",
             hint,
         )
+
+    return {"observe": watch, "judge": judge}
+
+
+def not_a_known_mistake(
+    mistakes: Callable[[Any, dict], dict[str, torch.Tensor]], violated: str, hint: str | None
+) -> dict:
+    """The result is not one of the known wrong formulas ``mistakes(case, state)`` (``{what
+    the mistake is: its value}``, computed with the module's state dict), which the message
+    then names."""
+
+    def watch(module: Any, case: Any, call_: Callable) -> Any:
+        return observe(f"{case.what}: the state dict", lambda: dict(module.state_dict()))
+
+    def judge(case: Any, got: Any, expected: Any, state: dict) -> None:
+        if not isinstance(got, torch.Tensor):
+            return
+        for mistake, value in mistakes(case, state).items():
+            expect(
+                got.shape != value.shape or not torch.allclose(got, value, **tolerance(got.dtype)),
+                f"on {case.what}: {mistake} (the property violated: {violated}).",
+                hint,
+            )
 
     return {"observe": watch, "judge": judge}

@@ -72,7 +72,8 @@ class Case:
     what: str
     inputs: Mapping[str, Any]
     hint: str | None = None
-    strict: bool = False  # the text asks for float64 precision: compare at float64's tolerance
+    strict: bool | dict = False  # True: the text asks for float64 precision; a dict: this
+    # case's own bound (course.properties.tolerance)
     grad: bool = False  # compare the gradients of the spec's ``gradients`` on this case
     device: bool = True  # run this case again on the second device
     compare: bool = True  # compare values with the reference's (False: only its type and
@@ -109,7 +110,7 @@ class Spec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
     keyword_only: tuple[str, ...] = ()  # parameters always passed by name (``**filter_args``)
-    untouched: bool = True
+    mutable: tuple[str, ...] = ()  # arguments the text allows the code to change in place
     random: str = NONE
     gradients: tuple[str, ...] = ()
     properties: tuple[Property, ...] = ()
@@ -212,10 +213,16 @@ def _forms(
 
 
 def _call(
-    what: str, function: Any, args: tuple, kwargs: dict, names: Sequence[str], random: bool
+    what: str,
+    function: Any,
+    args: tuple,
+    kwargs: dict,
+    names: Sequence[str],
+    random: bool,
+    free: Sequence[str] = (),
 ) -> Any:
     try:
-        return prop.call(what, function, *args, random=random, names=names, **kwargs)
+        return prop.call(what, function, *args, random=random, names=names, free=free, **kwargs)
     except StudentError as error:
         raise prop.CheckFailure(_on(what, error.message)) from None
 
@@ -238,7 +245,9 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
         for form in _forms(spec.forms, spec.params, spec.defaults, case.inputs, only):
             args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form, only)
             what = f"{spec.name}({shown}) on {case.what}"
-            results.append((what, _call(what, student, args, kwargs, spec.params, random)))
+            results.append(
+                (what, _call(what, student, args, kwargs, spec.params, random, spec.mutable))
+            )
         _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
@@ -267,7 +276,8 @@ def _judge_case(
 
     def call_for(item: Property) -> Callable[[Mapping[str, Any]], Any]:
         what = f"{spec.name} on {case.what}, for the property: {item.name}"
-        return lambda inputs: _call(what, student, (), dict(inputs), params, random)
+        free = spec.mutable if isinstance(spec, Spec) else ()
+        return lambda inputs: _call(what, student, (), dict(inputs), params, random, free)
 
     observed = [
         (item, item.observe(student, case, call_for(item)) if item.observe else None)
