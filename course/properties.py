@@ -1893,3 +1893,226 @@ def not_a_known_mistake(
             )
 
     return {"observe": watch, "judge": judge}
+
+
+# Statistical properties: exact where randomness allows. Each test is two-sided at FALSE_ALARM
+# (a right implementation fails it with that probability, over the grader's random seeds), and
+# the cases that use them are sized so that a one-point deviation (15% -> 14%, 80/10/10 ->
+# 79/11/10) lies beyond 8 standard errors: missed with probability < 1e-3.
+FALSE_ALARM = 1e-7
+
+
+def _alarm(p_value: float) -> bool:
+    return p_value < FALSE_ALARM
+
+
+def _normal_p(z: float) -> float:
+    """Two-sided p-value of a standard normal ``z``."""
+    return float(torch.special.erfc(torch.tensor(abs(z) / 2**0.5, dtype=torch.float64)))
+
+
+def proportion_z(count: int, trials: int, probability: float) -> float:
+    """How many standard errors ``count`` successes in ``trials`` lie from ``probability``."""
+    return (count - trials * probability) / (trials * probability * (1 - probability)) ** 0.5
+
+
+def dispersion_p(hits: torch.Tensor, trials: torch.Tensor) -> tuple[float, str]:
+    """Independent draws, grouped (by row, by position): is the spread of the group counts the
+    binomial one? ``hits``/``trials`` are the counts per group, the success probability the
+    pooled one. Returns the two-sided p-value (the dispersion statistic against a scaled
+    chi-square with the binomial's exact mean and variance) and "less" or "more" spread."""
+    keep = trials > 0
+    k, n = hits[keep].double(), trials[keep].double()
+    pi = float(k.sum() / n.sum())
+    pq = pi * (1 - pi)
+    statistic = float(((k - n * pi) ** 2 / (n * pq)).sum())
+    mean, var = float(keep.sum()), float((2 + 1 / (n * pq) - 6 / n).sum())
+    scale, dof = var / (2 * mean), 2 * mean**2 / var
+    x = torch.tensor(statistic / (2 * scale), dtype=torch.float64)
+    half = torch.tensor(dof / 2, dtype=torch.float64)
+    upper, lower = float(torch.special.gammaincc(half, x)), float(torch.special.gammainc(half, x))
+    return 2 * min(upper, lower), ("more" if upper < lower else "less")
+
+
+def _masking_what(case: Any) -> str:
+    return f"mask_tokens on {case.what}"
+
+
+def _masking_parts(case: Any, got: Any) -> tuple:
+    i = case.inputs
+    masked, labels = (t.long() for t in got)
+    return i["input_ids"], i["special_tokens_mask"], masked, labels, i["mask_token_id"]
+
+
+def expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """What no random draw may break: special and padding tokens never selected, a label is
+    -100 or the ORIGINAL id, only selected tokens replaced, replacements inside [0, vocab)."""
+    ids, special, masked, labels, _ = _masking_parts(case, got)
+    what, vocab = _masking_what(case), case.inputs["vocab_size"]
+    selected = labels != IGNORE_LABEL
+    for bad, message, hint in (
+        (
+            special & (selected | (masked != ids)),
+            "a special or padding token (id {o}) at {at} was selected or changed (label {l}, "
+            "id after masking {m}). The property violated: special and padding tokens are never "
+            "selected.",
+            "`special_tokens_mask` marks the positions whose selection probability is zero.",
+        ),
+        (
+            selected & (labels != ids),
+            "label {l} at {at}; a label is -100 (not selected) or the ORIGINAL id {o} (selected). "
+            "The property violated: labels hold the original ids.",
+            "The labels are what the model must recover: take them before replacing anything.",
+        ),
+        (
+            ~selected & (masked != ids),
+            "the token at {at} was replaced (id {o} -> {m}) but its label is -100. The property "
+            "violated: only selected tokens are replaced.",
+            "The replacements happen inside the selected positions only.",
+        ),
+        (
+            (masked < 0) | (masked >= vocab),
+            "id {m} at {at} is outside the vocabulary [0, vocab_size={v}). The property "
+            "violated: random ids are drawn from [0, vocab_size).",
+            "Random ids are drawn from the whole vocabulary, 0 to vocab_size - 1.",
+        ),
+    ):
+        if bad.any():
+            r, c = (int(x) for x in bad.nonzero()[0])
+            at = f"(row {r}, position {c})"
+            text = message.format(
+                o=int(ids[r, c]), at=at, l=int(labels[r, c]), m=int(masked[r, c]), v=vocab
+            )
+            raise CheckFailure(f"{what}: {text}", hint)
+
+
+def expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """Selection with probability ``mlm_probability``, each ordinary token independently (the
+    spread of the counts per row and per position, neighbours uncorrelated), then 80% [MASK] /
+    10% a random id / 10% kept among the selected, each token independently too."""
+    ids, special, masked, labels, mask_id = _masking_parts(case, got)
+    what, p, vocab = _masking_what(case), case.inputs["mlm_probability"], case.inputs["vocab_size"]
+    ordinary, selected = ~special, labels != IGNORE_LABEL
+    n, k = int(ordinary.sum()), int(selected.sum())
+    z = proportion_z(k, n, p)
+    expect(
+        not _alarm(_normal_p(z)),
+        f"{what}: {100 * k / n:.2f}% of the {n} ordinary tokens were selected (label not -100), "
+        f"expected {100 * p:g}% ({z:+.1f} standard errors; a right implementation is that far "
+        f"off with probability < {FALSE_ALARM:g}). The property violated: selection with "
+        "probability `mlm_probability`.",
+        "Each ordinary token is selected with probability `mlm_probability`, the argument.",
+    )
+    independent = "The property violated: each ordinary token is selected independently"
+    for group, dim in (("row", 1), ("position", 0)):
+        p_value, spread = dispersion_p(selected.sum(dim), ordinary.sum(dim))
+        expect(
+            not _alarm(p_value),
+            f"{what}: the number of tokens selected per {group} varies {spread} than "
+            f"independent draws allow (p = {p_value:.1e}). {independent} (not a fixed count per "
+            "row, not the same positions in every row).",
+            "One independent draw per token (a tensor of probabilities), nothing shared.",
+        )
+    pairs = ordinary[:, 1:] & ordinary[:, :-1]
+    s = selected.double() - p
+    z = float(((s[:, 1:] * s[:, :-1])[pairs]).sum()) / (p * (1 - p) * int(pairs.sum()) ** 0.5)
+    expect(
+        not _alarm(_normal_p(z)),
+        f"{what}: neighbouring tokens are selected together {'more' if z > 0 else 'less'} often "
+        f"than independent draws allow ({z:+.1f} standard errors). {independent} (no spans).",
+        "One independent draw per token, nothing shared between neighbours.",
+    )
+    to_mask, kept = selected & (masked == mask_id), selected & (masked == ids)
+    # a random id equal to [MASK] or to the original is seen as masked or kept: 1 in vocab each
+    shares = (
+        ("became [MASK]", to_mask, 0.8 + 0.1 / vocab),
+        ("became a random id", selected & ~to_mask & ~kept, 0.1 * (1 - 2 / vocab)),
+        ("stayed unchanged", kept, 0.1 + 0.1 / vocab),
+    )
+    for label, chosen, share in shares:
+        z = proportion_z(int(chosen.sum()), k, share)
+        expect(
+            not _alarm(_normal_p(z)),
+            f"{what}: of the {k} selected tokens, "
+            + ", ".join(f"{100 * int(c.sum()) / k:.2f}% {w}" for w, c, _ in shares)
+            + f"; expected 80% / 10% / 10% ('{label}' is {z:+.1f} standard errors off). The "
+            "property violated: 80% [MASK], 10% a random id, 10% unchanged, of the SELECTED.",
+            "The three shares are of the selected tokens: after the 80% that become [MASK], "
+            "the remaining 20% split into two halves.",
+        )
+    p_value, spread = dispersion_p(to_mask.sum(1), selected.sum(1))
+    expect(
+        not _alarm(p_value),
+        f"{what}: the share of selected tokens that became [MASK] varies {spread} from row to "
+        f"row than independent draws allow (p = {p_value:.1e}). The property violated: each "
+        "selected token's 80/10/10 decision is drawn independently.",
+        "One independent draw per token for the 80/10/10 decision too.",
+    )
+
+
+def expect_mlm_id_range(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """Random ids cover the whole vocabulary [0, vocab_size), special ids included: with a small
+    vocabulary every id (but [MASK], which cannot be told apart) must appear among the visible
+    replacements; each id has dozens of chances, so a right answer misses one with probability
+    far below FALSE_ALARM."""
+    ids, _, masked, labels, mask_id = _masking_parts(case, got)
+    visible = (labels != IGNORE_LABEL) & (masked != ids) & (masked != mask_id)
+    drawn = set(masked[visible].tolist())
+    missing = [v for v in range(case.inputs["vocab_size"]) if v != mask_id and v not in drawn]
+    expect(
+        not missing,
+        f"{_masking_what(case)}: among {int(visible.sum())} random replacements, the ids "
+        f"{missing[:8]} never appear. The property violated: random ids are drawn uniformly "
+        f"from [0, vocab_size={case.inputs['vocab_size']}), every id, special ones included.",
+        "Draw random ids from the whole vocabulary, 0 to vocab_size - 1 (torch's upper bound "
+        "is exclusive).",
+    )
+
+
+def expect_mapping_untouched(what: str, name: str, after: Any, before: dict) -> None:
+    """A mapping argument the code must only read (an encoding) has the same entries after the
+    calls: the property "inputs untouched", for arguments that are not plain data."""
+    expect(
+        same(after, before),
+        f"{what}: your code changed `{name}` in place (entries now "
+        f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
+        f"{sorted(before)}). The property violated: inputs untouched; the caller still needs it.",
+        "Build the result in a new list or tensor; read the arguments only.",
+    )
+
+
+def expect_token_labels(
+    what: str, got: Any, expected: torch.Tensor, places: list[list[str]]
+) -> None:
+    """Token labels (one per token, -100 where the loss must skip): the first wrong position,
+    named by what the token is (``places[row][column]``, "piece 2 of 3 of word 4", "a padding
+    token"), with the principle that position breaks."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return  # the stated type and shape are the runner's
+    wrong = (got != expected).nonzero()
+    if len(wrong) == 0:
+        return
+    row, col = (int(v) for v in wrong[0])
+    place, mine, ref = places[row][col], int(got[row, col]), int(expected[row, col])
+    if "padding" in place or "special" in place:
+        hint = "Special and padding tokens belong to no word: the loss must skip them."
+        if "truncated" in what:
+            hint += " Truncation drops pieces but keeps the final [SEP]: read the layout of the "
+            hint += "encoded batch itself rather than rebuilding it from the words."
+    elif ref == IGNORE_LABEL:
+        hint = (
+            "Only the FIRST piece of a word carries its tag; the other pieces of the same word "
+            "are skipped by the loss, so each word is counted once."
+        )
+    elif mine == IGNORE_LABEL:
+        hint = "The first piece of every word carries the word's tag."
+    else:
+        hint = "The tag of a token's word is found through that token's word id (from 0)."
+    raise CheckFailure(
+        f"{what}: row {row}, token position {col} ({place}) got label {mine}, expected {ref} "
+        "(the property violated: one label per word, on its first piece).",
+        hint,
+    )
+
+
+IGNORE_LABEL = -100  # the target cross-entropy skips (``ignore_index``)
