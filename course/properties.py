@@ -1740,7 +1740,7 @@ def draws_follow(distribution: Callable[[Any], torch.Tensor]) -> Callable[..., N
 # --- properties first declared by notebook 05 ---
 
 
-def prefix_unchanged(violated: str, hint: str | None = None) -> dict:
+def prefix_unchanged(owner: str, violated: str, hint: str | None = None) -> dict:
     """The outputs of the first positions do not change when the inputs grow by what the text
     says cannot reach them (masked padding: padding invariance; later target positions:
     causality). ``case.alone`` holds the inputs without the addition, ``case.added`` says it in
@@ -1758,8 +1758,9 @@ def prefix_unchanged(violated: str, hint: str | None = None) -> dict:
         error = (mine - alone).abs().max().item() if mine.shape == alone.shape else float("nan")
         expect(
             close,
-            f"on {case.what}: {case.added} changed the outputs of the first {n} positions (by up "
-            f"to {error:.2g}) (the property violated: {violated}).",
+            f"{owner} on {case.what}: {case.added} changed the outputs at "
+            f"{'position 0' if n == 1 else f'positions 0-{n - 1}'} (by up to {error:.2g}) (the "
+            f"property violated: {violated}).",
             hint,
         )
 
@@ -1767,7 +1768,11 @@ def prefix_unchanged(violated: str, hint: str | None = None) -> dict:
 
 
 def dropped_in_training(
-    expected_of: Callable[[Any, dict], torch.Tensor], stated: str, violated: str, hint: str | None
+    owner: str,
+    expected_of: Callable[[Any, dict], torch.Tensor],
+    stated: str,
+    violated: str,
+    hint: str | None,
 ) -> dict:
     """With ``dropout=1.0`` in ``train()`` mode every dropout the text places drops everything,
     so the output is ``expected_of(case, state)`` (``state``: the module's state dict, the
@@ -1793,8 +1798,9 @@ def dropped_in_training(
             mistake = " Your output is all zeros: a dropout acts on the output itself."
         expect(
             right,
-            f"on {case.what} in train() mode, every dropout the text places drops everything, so "
-            f"the output should be {stated}.{mistake} (The property violated: {violated}.)",
+            f"{owner} on {case.what} in train() mode: with dropout=1.0 every dropout the text "
+            f"places drops everything, so the output should be {stated}.{mistake} (The property "
+            f"violated: {violated}.)",
             hint,
         )
 
@@ -1803,7 +1809,8 @@ def dropped_in_training(
 
 def encode_then_decode(hint: str | None = None) -> dict:
     """``encode(src_ids)`` returns the memory and the source padding mask (boolean (B, 1, L),
-    True on real tokens); ``decode(tgt_ids, *encode(src_ids))`` gives ``forward``'s logits.
+    True on real tokens); ``decode(tgt_ids, *encode(src_ids))`` gives ``forward``'s logits
+    (the student's own: the values are judged against the reference separately).
     ``case.pad`` is the padding id."""
 
     def watch(module: Any, case: Any, call_: Callable) -> Any:
@@ -1826,8 +1833,15 @@ def encode_then_decode(hint: str | None = None) -> dict:
             "what encode returns).",
             hint,
         )
-        expect_result(
-            seen["logits"], expected, f"decode(tgt_ids, *encode(src_ids)) on {case.what}", hint
+        logits, what = seen["logits"], f"decode(tgt_ids, *encode(src_ids)) on {case.what}"
+        expect(
+            isinstance(logits, torch.Tensor)
+            and isinstance(got, torch.Tensor)
+            and logits.shape == got.shape
+            and torch.allclose(logits, got, **tolerance(got.dtype)),
+            f"{what} differs from forward(src_ids, tgt_ids) (the property violated: forward is "
+            "decode(tgt_ids, *encode(src_ids)), so that decoding step by step gives its logits).",
+            hint,
         )
 
     return {"observe": watch, "judge": judge}

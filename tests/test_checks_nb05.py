@@ -559,7 +559,7 @@ class EncoderOneBlockRepeated(Encoder):
         self.layers = nn.ModuleList([self.layers[0]] * num_layers)
 
 
-def greedy_in_train_mode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id):
+def greedy_in_train_mode(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
     model.train()
     return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
 
@@ -724,14 +724,24 @@ def greedy_encodes_every_step(model, src_ids, max_new_tokens, bos_id=1, eos_id=2
 # (check, family, wrong implementation, a phrase the message must contain)
 FAMILIES = [
     ("pre_norm_residual", "inputs untouched", ResidualAddsInPlace, "inputs untouched"),
-    ("decoder", "device", DecoderCausalMaskOnTheCpu, "the meta device"),
+    ("decoder", "device", DecoderCausalMaskOnTheCpu, "the property violated: device"),
     ("encoder", "dropout", EncoderBlocksWithoutDropout, "dropout wired through every"),
     ("decoder", "dropout", DecoderPositionsWithoutDropout, "dropout wired through every"),
     ("transformer", "dropout", TransformerWithoutDropout, "dropout wired through every"),
-    ("decoder_block", "gradients", DecoderBlockDetachedMemory, "no gradient reaches the encoder"),
-    ("encoder", "gradients", EncoderEmbeddingWithoutPaddingIdx, "a padding row gets no gradient"),
+    ("decoder_block", "gradients", DecoderBlockDetachedMemory, "no gradient reaches `memory`"),
+    (
+        "encoder",
+        "gradients",
+        EncoderEmbeddingWithoutPaddingIdx,
+        "the gradient with respect to `embed.embedding.weight`",
+    ),
     ("encoder", "constructor arguments", EncoderFourHeads, "Encoder(13, 8, 2, 12, 1"),
-    ("transformer", "constructor arguments", TransformerDecoderDefaultPad, "pad_id=2"),
+    (
+        "transformer",
+        "constructor arguments",
+        TransformerDecoderDefaultPad,
+        "Transformer(7, 12, 8, 2, 12, 1, 0.0, 512, 2)",
+    ),
     ("feed_forward", "shapes", FeedForwardThreeAxesOnly, "input of shape (4, 16)"),
     ("greedy_decode", "global state", greedy_switches_grad_off, "global state unchanged"),
     ("greedy_decode", "contract", greedy_without_memory_mask, "without the memory_mask"),
@@ -800,13 +810,14 @@ def greedy_with_lists(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id
         rows = [[bos_id] for _ in range(src_ids.shape[0])]
         finished = [False] * len(rows)
         for _ in range(max_new_tokens):
-            logits = model.decode(torch.tensor(rows), memory, memory_mask=memory_mask)
+            ids = torch.tensor(rows, device=src_ids.device)  # on the model's device
+            logits = model.decode(ids, memory, memory_mask=memory_mask)
             for b, token in enumerate(logits[:, -1, :].argmax(-1).tolist()):
                 rows[b].append(pad_id if finished[b] else token)
                 finished[b] = finished[b] or token == eos_id
             if all(finished):
                 break
-        return torch.tensor(rows, dtype=torch.long)
+        return torch.tensor(rows, dtype=torch.long, device=src_ids.device)
 
 
 def annotated_greedy(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
@@ -1082,16 +1093,20 @@ def test_checks_leave_the_global_random_stream_alone():
 @pytest.mark.parametrize(
     ("name", "label", "words"),
     [
-        ("feed_forward", "dropout after the second linear", "dropout acts on the output"),
-        ("feed_forward", "hidden size d_model instead of d_ff", "maps 16 -> 16 features"),
+        ("feed_forward", "dropout after the second linear", "a dropout acts on the output"),
+        (
+            "feed_forward",
+            "hidden size d_model instead of d_ff",
+            "has shape (16, 16), expected (32, 16)",
+        ),
         ("pre_norm_residual", "dropout on the residual path too", "dropout in its place"),
         ("pre_norm_residual", "post-LN", "this is post-LN"),
         ("pre_norm_residual", "residual added after the norm", "carries LayerNorm(x) instead of x"),
         ("encoder_block", "padding mask ignored", "padding invariance"),
-        ("encoder_block", "returns a tuple", "should return a tensor, got tuple"),
-        ("encoder", "one block repeated", "every layer has its own parameters"),
+        ("encoder_block", "returns a tuple", "returned a tuple"),
+        ("encoder", "one block repeated", "has no trainable parameter `layers.1."),
         ("encoder", "padding mask not built", "padding invariance"),
-        ("encoder", "no final norm attribute", "has no sub-module `norm`"),
+        ("encoder", "no final norm attribute", "has no trainable parameter `norm.bias`"),
         ("decoder_block", "no causal mask", "causality"),
         ("decoder_block", "memory mask ignored", "padding invariance"),
         ("decoder", "no causal mask", "causality"),
@@ -1101,7 +1116,7 @@ def test_checks_leave_the_global_random_stream_alone():
         (
             "transformer",
             "decoder on the source vocabulary",
-            "the target ids go up to 12, so it needs 13 rows",
+            "`decoder.embed.embedding.weight` has shape (11, 16), expected (13, 16)",
         ),
         ("greedy_decode", "switches the model to train mode", "switched the model to training"),
     ],
@@ -1115,7 +1130,7 @@ def test_mistake_is_named(name, label, words):
 def test_the_decoder_on_the_source_vocabulary_is_said_in_the_students_terms():
     """Issue 22: no IndexError quoting a line of the check's own reference code."""
     result = check.transformer(TransformerDecoderOnSourceVocabulary, raise_on_failure=False)
-    assert "`Transformer.decoder.embed` has 11 rows" in result.message, result.report()
+    assert "`decoder.embed.embedding.weight` has shape (11, 16)" in result.message, result.report()
     assert "IndexError" not in result.message
 
 
