@@ -749,6 +749,8 @@ def blocked_keys_get_zero(pick: Callable[[Any], Any], mask_of: Callable[[Any], A
 
     def judge(case: Any, got: Any, expected: Any, seen: Any) -> None:
         weights, mask = pick(got), mask_of(case)
+        if weights.shape != pick(expected).shape:
+            return  # the shape speaks for itself
         full = mask if mask.dim() == 4 else mask.unsqueeze(1)
         leaked = ~full.expand(weights.shape) & (weights != 0)
         if leaked.any():
@@ -760,6 +762,31 @@ def blocked_keys_get_zero(pick: Callable[[Any], Any], mask_of: Callable[[Any], A
                 "One mask serves every head; a blocked score must become -inf before the "
                 "softmax, not a large negative number.",
             )
+
+    return {"judge": judge}
+
+
+def per_head_weights(pick: Callable[[Any], Any], hint: str | None = None) -> dict:
+    """Multi-head attention returns the weights of every head, (batch, num_heads, Lq, Lk):
+    names a wrong number of heads (heads of num_heads features) or a missing head axis."""
+
+    def judge(case: Any, got: Any, expected: Any, seen: Any) -> None:
+        mine, theirs = pick(got), pick(expected)
+        heads = theirs.shape[1]
+        expect(
+            mine.dim() != 3,
+            f"on {case.what}, the attention weights have shape {tuple(mine.shape)}, without a "
+            f"head axis; expected {tuple(theirs.shape)}, the weights of every head, not an "
+            "average (the property violated: the per-head weights).",
+            hint,
+        )
+        expect(
+            mine.dim() != 4 or mine.shape[1] == heads,
+            f"on {case.what}, the attention weights have {mine.shape[1]} heads on axis 1, but "
+            f"num_heads={heads}: the number of heads is wrong (the property violated: num_heads "
+            "heads of d_model / num_heads features each).",
+            hint,
+        )
 
     return {"judge": judge}
 
@@ -814,6 +841,8 @@ def dropout_on_attention(p: float, heads: int, hint: str | None = None) -> dict:
         return observe(f"the module in train() mode on {case.what}", run, random=True)
 
     def judge(case: Any, got: Any, expected: Any, seen: dict[str, Any]) -> None:
+        if got[1].shape != expected[1].shape or got[0].shape != expected[0].shape:
+            return  # the shape speaks for itself
         (out_e, w_e), (out_t, w_t) = seen["eval"], seen["train"]
         what = f"in train() mode with dropout={p}, on {case.what}"
         if not torch.allclose(w_t, w_e, atol=1e-10):
@@ -948,6 +977,13 @@ def dropout_on_sum(p: float, hint: str | None = None) -> dict:
     def judge(case: Any, got: Any, expected: torch.Tensor, trained: Any) -> None:
         what = f"in train mode with dropout={p}, on {case.what}"
         x = case.inputs["x"]
+        if got.shape != expected.shape:
+            return  # the shape speaks for itself
+        expect(
+            isinstance(trained, torch.Tensor) and trained.shape == expected.shape,
+            f"{what}: the output has another shape than in eval mode.",
+            hint,
+        )
         expect(
             isinstance(trained, torch.Tensor) and not torch.equal(trained, expected),
             f"{what}: nothing was dropped (the property violated: training mode; dropout acts "
@@ -1172,6 +1208,8 @@ def sinusoid_first_row(hint: str | None = None) -> dict:
     (sin and cos swapped, positions from 1, no cosines, two halves) named from it."""
 
     def judge(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
+        if got.shape != expected.shape:
+            return  # the shape speaks for itself
         row, truth = got[0].double(), expected[0].double()
         half = row.shape[0] // 2
         near = lambda a, b: torch.allclose(a, b, atol=1e-4)  # noqa: E731
@@ -1201,6 +1239,8 @@ def rotation(reference: Callable[..., torch.Tensor], hint: str | None = None) ->
     adjacent pairs of the text are rotated (not the pairs (x_i, x_(i + d/2)))."""
 
     def judge(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
+        if got.shape != expected.shape:
+            return  # the shape speaks for itself
         x = case.inputs["x"].double()
         bound = tolerance(got.dtype)
         expect(
