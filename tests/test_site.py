@@ -112,12 +112,19 @@ def test_a_page_shows_its_links_in_place_of_the_header_badge():
     shown = {"solutions/01_tokens"}  # 00 is left out: its link becomes text
     text = site_build.page_notebook(path, "solutions", site_build.Options(hub=HUB), SLUG, shown)
     header = nbformat.reads(text, as_version=4).cells[0].source
-    assert header.startswith("# 02 · ")
+    assert header.startswith("# 02 · ") and header.split("\n")[0].endswith(" (solution)")
     assert "[![Open In Colab]" not in header
     assert header.count('class="nb-links"') == 1 and 'class="nb-hub"' in header
     assert f"{SLUG}/blob/main/solutions/02_attention.ipynb" in header
     assert "[01 · tokens](01_tokens.ipynb)" in header
     assert "00_welcome.ipynb" not in header and "00 · welcome" in header
+
+
+def test_a_build_never_replaces_a_folder_that_is_not_a_site(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not a site built here"):
+        site_build.build(tmp_path, site_build.Options())
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 # ----------------------------------------------------------------------------- wiring

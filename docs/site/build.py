@@ -4,7 +4,7 @@
 
 Nothing is executed and nothing is fetched: the pages show the outputs stored in the
 notebooks, and every asset (MathJax included) is served with the site. The script writes a
-staging tree under ``build/site-source/`` and runs Sphinx with MyST-NB on it (``conf.py`` beside
+staging tree in a folder of its own under ``build/`` and runs Sphinx with MyST-NB on it (``conf.py`` beside
 this file):
 
 * ``index.md``: the README, whose notebook table links to the pages (without the solution
@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +44,10 @@ sys.path.insert(0, str(ROOT))  # the course package, when run as a script
 
 from course import nbtools  # noqa: E402
 
-STAGING = ROOT / "build" / "site-source"
-DOCTREES = ROOT / "build" / "site-doctrees"
-# Sphinx writes here and the result is then moved to --out: MyST-NB puts the outputs it
-# extracts in a jupyter_execute/ folder beside the HTML folder, which must not be the clone.
-HTML = ROOT / "build" / "site-html"
+# Each build works in its own folder under build/ (two builds at once do not collide):
+# source/ (the staged tree), doctrees/, html/ (moved to --out at the end). MyST-NB puts the
+# outputs it extracts in a jupyter_execute/ folder beside html/: inside that folder too.
+WORK = ROOT / "build"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 LOCAL_BADGE = "_static/colab-badge.svg"
 # The header badge of a notebook: [![Open In Colab](<image>)](<colab url>)
@@ -131,6 +131,9 @@ def page_notebook(path: Path, folder: str, options: Options, slug: str, shown: s
     notebook.metadata.pop("widgets", None)
     bar = link_bar(f"{folder}/{path.name}", options, slug)
     header = notebook.cells[0]
+    if folder == "solutions" and header.cell_type == "markdown" and header.source.startswith("# "):
+        title, _, rest = header.source.partition("\n")  # tell the two pages of a notebook apart
+        header.source = f"{title} (solution)\n{rest}"
     if header.cell_type == "markdown" and HEADER_BADGE.search(header.source):
         header.source = HEADER_BADGE.sub(lambda _: bar, header.source, count=1)
     else:  # a notebook without the course header still gets its links, first
@@ -184,14 +187,12 @@ def toctree(caption: str, entries: list[str]) -> str:
     return f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{body}\n```\n"
 
 
-def stage(options: Options) -> dict:
-    """Write the Sphinx source tree under build/site-source; return what it holds."""
+def stage(options: Options, staging: Path) -> dict:
+    """Write the Sphinx source tree into ``staging`` (new); return what it holds."""
     slug = repository_slug(options.repo)
-    if STAGING.exists():
-        shutil.rmtree(STAGING)
-    (STAGING / "_extra").mkdir(parents=True)
-    (STAGING / "_static").mkdir()  # the badge, for Markdown images (Sphinx copies them)
-    shutil.copy(HERE / LOCAL_BADGE, STAGING / LOCAL_BADGE)
+    (staging / "_extra").mkdir(parents=True)
+    (staging / "_static").mkdir()  # the badge, for Markdown images (Sphinx copies them)
+    shutil.copy(HERE / LOCAL_BADGE, staging / LOCAL_BADGE)
 
     def rewrite(text: str) -> str:
         return nbtools.rewrite_repository(text, slug) if options.repo else text
@@ -203,22 +204,22 @@ def stage(options: Options) -> dict:
     pages = {folder: [f"{folder}/{p.stem}" for p in paths] for folder, paths in notebooks.items()}
     shown = {page for entries in pages.values() for page in entries}
     for folder, paths in notebooks.items():
-        (STAGING / folder).mkdir()
-        (STAGING / "_extra" / folder).mkdir()
+        (staging / folder).mkdir()
+        (staging / "_extra" / folder).mkdir()
         for path in paths:
             staged = rewrite(page_notebook(path, folder, options, slug, shown))
-            (STAGING / folder / path.name).write_text(staged, encoding="utf-8")
+            (staging / folder / path.name).write_text(staged, encoding="utf-8")
             download = rewrite(path.read_text(encoding="utf-8"))
-            (STAGING / "_extra" / folder / path.name).write_text(download, encoding="utf-8")
+            (staging / "_extra" / folder / path.name).write_text(download, encoding="utf-8")
     readme = rewrite((ROOT / "README.md").read_text(encoding="utf-8"))
     index = landing_page(readme, options, shown)
     index += toctree("Exercises", pages["notebooks"])
     if options.solutions:
         index += toctree("Solutions", pages["solutions"])
     index += toctree("About", ["license"])
-    (STAGING / "index.md").write_text(index, encoding="utf-8")
+    (staging / "index.md").write_text(index, encoding="utf-8")
     license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
-    (STAGING / "license.md").write_text(
+    (staging / "license.md").write_text(
         f"# License\n\n```text\n{license_text}```\n", encoding="utf-8"
     )
     return {
@@ -233,19 +234,28 @@ def stage(options: Options) -> dict:
 def build(out: Path, options: Options, quiet: bool = True) -> dict:
     """Stage the sources and run Sphinx into ``out``; return the build description."""
     started = time.perf_counter()
-    info = stage(options)
-    for folder in (HTML, out):
-        if folder.exists():
-            shutil.rmtree(folder)
-    command = [
-        sys.executable, "-m", "sphinx", "-b", "html", "-c", str(HERE), "-d", str(DOCTREES),
-        "-W", "--keep-going", "-j", "auto", *(["-q"] if quiet else []), str(STAGING), str(HTML),
-    ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT)
-    if result.returncode:
-        raise SystemExit(f"sphinx-build failed (exit {result.returncode}); its messages are above")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(HTML, out)
+    if out.exists() and any(out.iterdir()) and not (out / BUILD_INFO).exists():
+        raise SystemExit(f"{out} holds files that are not a site built here: choose another --out")
+    WORK.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="site-", dir=WORK))
+    try:
+        info = stage(options, work / "source")
+        command = [
+            sys.executable, "-m", "sphinx", "-b", "html", "-c", str(HERE),
+            "-d", str(work / "doctrees"), "-W", "--keep-going", "-j", "auto",
+            *(["-q"] if quiet else []), str(work / "source"), str(work / "html"),
+        ]  # fmt: skip
+        result = subprocess.run(command, cwd=ROOT)
+        if result.returncode:
+            raise SystemExit(
+                f"sphinx-build failed (exit {result.returncode}); see its messages above"
+            )
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(work / "html", out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     info["seconds"] = round(time.perf_counter() - started, 1)
     (out / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     return info
