@@ -50,6 +50,12 @@ def test_the_site_points_at_the_repository_the_badges_name():
         for m in site_build.nbtools.REPO_URL.finditer(readme)
         if m.group(1).startswith("colab")
     }
+    for folder in ("solutions", "notebooks"):  # each header badge, the one a page replaces
+        for path in site_build.selected(folder, site_build.Options()):
+            header = json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"]
+            badge = site_build.HEADER_BADGE.search("".join(header))
+            assert badge, f"{path.name}: no Colab badge in the header"
+            named |= {m.group(2) for m in site_build.nbtools.REPO_URL.finditer(badge[0])}
     assert named == {site_build.repository_slug()}
     assert site_build.repository_slug(SLUG) == SLUG
     with pytest.raises(SystemExit, match="owner/name"):
