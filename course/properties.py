@@ -807,7 +807,7 @@ def _dropout_location(observed: dict[str, Any], heads: int, p: float) -> str | N
     v = (x @ w_v.T + b_v).unflatten(-1, (heads, -1)).transpose(1, 2)
     used = heads_t @ torch.linalg.pinv(v)  # the weights that multiplied V
     if torch.allclose(used @ v, heads_t, atol=1e-8) and is_dropout_of(used, w_e, p):
-        return None
+        return None if independent(used.abs() < 1e-9, 2) else _SHARED
     if is_dropout_of(out_t, out_e, p):
         return "dropout acts on the module's output (after w_o)"
     if is_dropout_of(heads_t, heads_e, p):
@@ -818,6 +818,21 @@ def _dropout_location(observed: dict[str, Any], heads: int, p: float) -> str | N
 def is_float(value: Any) -> bool:
     """A floating-point tensor."""
     return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+_SHARED = (
+    "every sequence and head dropped the same entries: one mask drawn for all of them instead "
+    "of one draw per entry"
+)
+
+
+def independent(dropped: torch.Tensor, axes: int) -> bool:
+    """False when all slices over the first ``axes`` axes dropped the same entries. For entries
+    dropped independently with probability p, n entries per slice and k slices, that happens
+    with probability (p^2 + (1-p)^2)^(n (k-1)): below 1e-7 for the checks' cases (p = 0.3, n >=
+    12, k >= 2 with n (k - 1) >= 30)."""
+    slices = dropped.flatten(0, axes - 1)
+    return not bool((slices == slices[:1]).all()) or slices.shape[0] < 2
 
 
 def dropout_on_attention(p: float, heads: int, hint: str | None = None) -> dict:
@@ -991,6 +1006,7 @@ def dropout_on_sum(p: float, hint: str | None = None) -> dict:
             hint,
         )
         if is_dropout_of(trained, expected, p):
+            expect(independent(trained == 0, 1), f"{what}: {_SHARED}.", hint)
             return
         if is_dropout_of(trained - (expected - x), x, p):
             mistake = "dropout is applied to x before the encoding is added"
