@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import nbformat
 
@@ -112,7 +112,8 @@ def link_bar(path: str, options: Options, slug: str, depth: int = 1) -> str:
     if options.hub:
         url = nbgitpuller_url(options.hub, slug, path)
         links.append(
-            f'<a class="nb-hub" href="{html.escape(url)}">Open on {html.escape(options.hub)}</a>'
+            f'<a class="nb-hub" href="{html.escape(url)}">Open on JupyterHub '
+            f"({html.escape(urlsplit(options.hub).netloc or options.hub)})</a>"
         )
     return '<p class="nb-links">' + " ".join(links) + "</p>"
 
