@@ -735,12 +735,17 @@ FAMILIES = [
         EncoderEmbeddingWithoutPaddingIdx,
         "the gradient with respect to `embed.embedding.weight`",
     ),
-    ("encoder", "constructor arguments", EncoderFourHeads, "Encoder(13, 8, 2, 12, 1"),
+    (
+        "encoder",
+        "constructor arguments",
+        EncoderFourHeads,
+        "Encoder(13, d_model=8, num_heads=2, d_ff=12, num_layers=1)",
+    ),
     (
         "transformer",
         "constructor arguments",
         TransformerDecoderDefaultPad,
-        "Transformer(7, 12, 8, 2, 12, 1, 0.0, 512, 2)",
+        "pad_id=2",
     ),
     ("feed_forward", "shapes", FeedForwardThreeAxesOnly, "input of shape (4, 16)"),
     ("greedy_decode", "global state", greedy_switches_grad_off, "global state unchanged"),
@@ -1140,3 +1145,269 @@ def test_hints_point_at_the_principle_not_the_line(name):
     hint = CASES[name][0].hint
     for code in ("lambda", "self.", "[0]", "= ", "argmax(", "torch."):
         assert code not in hint, f"{name}: {hint}"
+
+
+# --- issue 30: wrong implementations written after the spec conversion, by family -----------
+# Each breaks one sentence of its exercise's text; RIGHT_30 are canonical code of the field
+# glued at the interface. (Family 5, statistics, has no exercise in notebook 05: nothing here
+# draws at random but dropout, whose place the dropout=1.0 property decides exactly.)
+
+
+def greedy_returns_list(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id).tolist()
+
+
+def greedy_returns_int32(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id).int()
+
+
+def greedy_returns_numpy(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id).numpy()
+
+
+class TransformerFloatMask(Transformer):
+    """encode returns the padding mask as 0./1. floats instead of booleans."""
+
+    def encode(self, src_ids):
+        memory, mask = super().encode(src_ids)
+        return memory, mask.float()
+
+    def forward(self, src_ids, tgt_ids):
+        memory, mask = super().encode(src_ids)
+        return self.decode(tgt_ids, memory, mask)
+
+
+class EncoderMaskThroughLists(Encoder):
+    """Builds the default mask from Python lists: a CPU tensor whatever the ids' device."""
+
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = torch.tensor((ids != self.pad_id).tolist())[:, None, :]
+        return super().forward(ids, mask)
+
+
+class FFNManualDropoutOnTheCpu(FeedForward):
+    """Its own dropout mask in training mode, drawn on the CPU."""
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        p = self.dropout.p
+        if self.training and p > 0:
+            keep = (torch.rand(h.shape) >= p).to(h.dtype)
+            h = h * keep / (1 - p) if p < 1 else h * 0
+        return self.linear2(h)
+
+
+def greedy_done_on_the_cpu(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    memory, memory_mask = model.encode(src_ids)
+    out = torch.full((src_ids.shape[0], 1), bos_id, dtype=torch.long, device=src_ids.device)
+    done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        step = model.decode(out, memory, memory_mask)[:, -1].argmax(-1)
+        step = step.masked_fill(done, pad_id)
+        out = torch.cat([out, step[:, None]], dim=1)
+        done = done | (step == eos_id)
+        if bool(done.all()):
+            break
+    return out
+
+
+class DecoderPaddingOnlyWhenPresent(DecoderWithTargetMask):
+    """Adds the padding mask only when a pad token is present, through a CPU tensor."""
+
+    def target_mask(self, ids):
+        causal = make_causal_mask(ids.shape[1], ids.device)
+        if bool((ids == self.pad_id).any()):
+            return causal & torch.as_tensor((ids != self.pad_id).cpu().numpy())[:, None, :]
+        return causal[None]
+
+
+class EncoderBlockMaskRequired(EncoderBlock):
+    def forward(self, x, mask):
+        return super().forward(x, mask)
+
+
+class EncoderMaxLenBeforeDropout(Encoder):
+    """max_len and dropout in the other order: fine by keyword, wrong positionally."""
+
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512,
+                 dropout=0.0, pad_id=0):  # fmt: skip
+        super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_len,
+                         pad_id)  # fmt: skip
+
+
+class DecoderBlockMasksSwapped(DecoderBlock):
+    def forward(self, x, memory, memory_mask=None, tgt_mask=None):
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+def greedy_wrong_default_eos(model, src_ids, max_new_tokens, bos_id=1, eos_id=0, pad_id=0):
+    return greedy_decode(model, src_ids, max_new_tokens, bos_id, eos_id, pad_id)
+
+
+class FFNDefaultDropout(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+
+
+class EncoderBlockExtraDropout(EncoderBlock):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.out_dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask=None):
+        return self.out_dropout(super().forward(x, mask))
+
+
+class FFNLearnedGate(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.gate = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.gate * super().forward(x)
+
+
+class FFNClampsInPlaceWhenTraining(FeedForward):
+    """Clamps the ReLU output in place in training mode: backward then fails."""
+
+    def forward(self, x):
+        h = torch.relu(self.linear1(x))
+        if self.training:
+            h.clamp_(max=1e4)
+        return self.linear2(self.dropout(h))
+
+
+class EncoderScaledPositions(Encoder):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.alpha = nn.Parameter(torch.ones(1))
+
+    def forward(self, ids, mask=None):
+        if mask is None:
+            mask = make_padding_mask(ids, self.pad_id)
+        x = self.pos(self.alpha * self.embed(ids))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+class DecoderBlockDropsMemory(DecoderBlock):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        memory = F.dropout(memory, 0.1, self.training)
+        return super().forward(x, memory, tgt_mask, memory_mask)
+
+
+# (check, family, wrong implementation)
+FAMILIES_30 = [
+    ("greedy_decode", "1 types", greedy_returns_list),
+    ("greedy_decode", "1 types", greedy_returns_int32),
+    ("greedy_decode", "1 types", greedy_returns_numpy),
+    ("transformer", "1 types", TransformerFloatMask),
+    ("encoder", "2 device", EncoderMaskThroughLists),
+    ("feed_forward", "2 device", FFNManualDropoutOnTheCpu),
+    ("greedy_decode", "2 device", greedy_done_on_the_cpu),
+    ("decoder", "2 device", DecoderPaddingOnlyWhenPresent),
+    ("encoder_block", "3 calls", EncoderBlockMaskRequired),
+    ("encoder", "3 calls", EncoderMaxLenBeforeDropout),
+    ("decoder_block", "3 calls", DecoderBlockMasksSwapped),
+    ("greedy_decode", "3 calls", greedy_wrong_default_eos),
+    ("feed_forward", "3 calls", FFNDefaultDropout),
+    ("encoder_block", "4 training", EncoderBlockExtraDropout),
+    ("feed_forward", "4 training", FFNLearnedGate),
+    ("feed_forward", "4 training", FFNClampsInPlaceWhenTraining),
+    ("encoder", "4 training", EncoderScaledPositions),
+    ("decoder_block", "4 training", DecoderBlockDropsMemory),
+]
+
+
+class AnnotatedPositionwiseFeedForward(nn.Module):
+    """The Annotated Transformer's PositionwiseFeedForward, its w_1/w_2 named as the text asks."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.linear1(x).relu()))
+
+
+class FFNInPlaceRelu(FeedForward):
+    """nn.ReLU(inplace=True) on a fresh tensor (d2l, torchvision style): right."""
+
+    def forward(self, x):
+        return self.linear2(self.dropout(F.relu(self.linear1(x), inplace=True)))
+
+
+class AnnotatedSublayerConnection(nn.Module):
+    """The Annotated Transformer's SublayerConnection (with nn.LayerNorm)."""
+
+    def __init__(self, size, dropout=0.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, sublayer):
+        return x + self.dropout(sublayer(self.norm(x)))
+
+
+class NanoGPTStyleBlock(EncoderBlock):
+    """nanoGPT's Block.forward (x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))), glued."""
+
+    def forward(self, x, mask=None):
+        h = self.attn_residual.norm(x)
+        x = x + self.attn_residual.dropout(self.self_attn(h, h, h, mask)[0])
+        return x + self.ffn_residual.dropout(self.ffn(self.ffn_residual.norm(x)))
+
+
+class DecoderTrilMask(DecoderWithTargetMask):
+    def target_mask(self, ids):
+        length = ids.shape[1]
+        causal = torch.tril(torch.ones(length, length, device=ids.device)).bool()
+        return (ids != self.pad_id).unsqueeze(1) & causal
+
+
+def greedy_where_loop(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=0):
+    """A Hugging Face style loop: unfinished_sequences, torch.where for the padding."""
+    model.eval()
+    memory, mask = model.encode(src_ids)
+    ids = src_ids.new_full((src_ids.shape[0], 1), bos_id)
+    unfinished = torch.ones_like(ids[:, 0], dtype=torch.bool)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            nxt = model.decode(ids, memory, mask)[:, -1, :].argmax(dim=-1)
+            nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad_id))
+            ids = torch.cat([ids, nxt.unsqueeze(-1)], dim=-1)
+            unfinished = unfinished & (nxt != eos_id)
+            if not unfinished.any():
+                break
+    return ids
+
+
+RIGHT_30 = [
+    ("feed_forward", AnnotatedPositionwiseFeedForward),
+    ("feed_forward", FFNInPlaceRelu),
+    ("pre_norm_residual", AnnotatedSublayerConnection),
+    ("encoder_block", NanoGPTStyleBlock),
+    ("decoder", DecoderTrilMask),
+    ("greedy_decode", greedy_where_loop),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [pytest.param(n, w, id=f"{n}-{f}-{w.__name__}") for n, f, w in FAMILIES_30],
+)
+def test_issue30_family_is_rejected(name, wrong):
+    result = CASES[name][0](wrong, raise_on_failure=False)
+    assert result.status == FAILED, result.report()
+
+
+@pytest.mark.parametrize(
+    ("name", "variant"), [pytest.param(n, v, id=f"{n}-{v.__name__}") for n, v in RIGHT_30]
+)
+def test_issue30_right_variant_passes(name, variant):
+    result = CASES[name][0](variant, raise_on_failure=False)
+    assert result.status == PASSED, result.report()
