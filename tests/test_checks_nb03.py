@@ -750,3 +750,272 @@ def test_reference_norm_reads_hand_written_layer_norms():
     state = {"norm.a_2": torch.full((4,), 2.0), "norm.b_2": torch.ones(4)}
     load_norm(target, state, "norm", "Encoder", eps=1e-6)
     assert torch.equal(target.weight.detach(), torch.full((4,), 2.0)) and target.eps == 1e-6
+
+
+# --- issue 30: the five families, with implementations written after the specs ----------------
+# Wrong ones break one sentence of the text each; right ones are canonical code of the field
+# glued at the interface (d2l, nanoGPT, Hugging Face). Family numbers follow the issue: 1 stated
+# types, 2 the device (values read, training-only and edge paths), 3 called as the course calls
+# it, 4 training-only behaviour, 5 statistics.
+
+
+def count_numpy(d_model, num_heads, bias=True):
+    """A NumPy integer, not the Python int the text states."""
+    import numpy as np
+
+    return np.int64(count_correct(d_model, num_heads, bias))
+
+
+def count_tensor(d_model, num_heads, bias=True):
+    return torch.tensor(count_correct(d_model, num_heads, bias))
+
+
+def count_bool_arithmetic(d_model, num_heads, bias=True):
+    """Right: a bool times an int is an int."""
+    return 4 * (d_model * d_model + d_model * bias)
+
+
+def split_reads_values(x, num_heads):
+    """Right: reads a value (a NaN guard) before splitting; runs on any device."""
+    if bool(torch.isnan(x).any()):
+        raise ValueError("NaN in the input")
+    return split_correct(x, num_heads)
+
+
+def split_numpy(x, num_heads):
+    """Through NumPy: no gradient, and no GPU."""
+    return torch.from_numpy(split_correct(x.detach(), num_heads).numpy().copy())
+
+
+def split_d2l(x, num_heads):
+    """Right: d2l's transpose_qkv without its final flattening of heads into the batch."""
+    if x.shape[-1] % num_heads:
+        raise ValueError("d_model must be divisible by num_heads")
+    return x.reshape(x.shape[0], x.shape[1], num_heads, -1).permute(0, 2, 1, 3)
+
+
+def merge_d2l(x):
+    """Right: d2l's transpose_output on (B, H, L, d)."""
+    return x.permute(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1)
+
+
+def split_hf(x, num_heads):
+    """Right: Hugging Face BERT's transpose_for_scores."""
+    if x.size(-1) % num_heads:
+        raise ValueError("hidden size is not a multiple of the number of attention heads")
+    new_shape = x.size()[:-1] + (num_heads, x.size(-1) // num_heads)
+    return x.view(new_shape).permute(0, 2, 1, 3)
+
+
+def merge_nanogpt(y):
+    """Right: nanoGPT's y.transpose(1, 2).contiguous().view(B, T, C)."""
+    b, h, t, d = y.size()
+    return y.transpose(1, 2).contiguous().view(b, t, h * d)
+
+
+class MHAKeywordOnlyOptions(MHACorrect):
+    """dropout and bias keyword-only: notebook 05's MultiHeadAttention(d, h, dropout) fails."""
+
+    def __init__(self, d_model, num_heads, *, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+
+
+class MHAKeywordOnlyMask(MHACorrect):
+    """mask keyword-only: notebook 05's attn(h, h, h, mask) fails."""
+
+    def forward(self, query, key, value, *, mask=None):
+        return super().forward(query, key, value, mask)
+
+
+class MHABiasBeforeDropout(MHACorrect):
+    """Parameters in another order: (d_model, num_heads, bias, dropout)."""
+
+    def __init__(self, d_model, num_heads, bias=True, dropout=0.0):
+        super().__init__(d_model, num_heads, float(dropout), bool(bias))
+
+
+class MHADefaultDropout(MHACorrect):
+    """The default dropout is 0.1 instead of the signature's 0.0."""
+
+    def __init__(self, d_model, num_heads, dropout=0.1, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+
+
+class MHADropoutMaskOnTheCpu(MHACorrect):
+    """Draws its own dropout mask without a device: only training mode meets it."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        output, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        if self.training and self.dropout.p > 0:
+            keep = (torch.rand(weights.shape) >= self.dropout.p).to(weights.dtype)
+            output = (weights * keep / (1 - self.dropout.p)) @ v
+        return self.w_o(self.merge(output)), weights
+
+
+class MHADeadRowsOnTheCpu(MHACorrect):
+    """Zeroes fully masked rows with a tensor made on the CPU: only such a row meets it."""
+
+    def attend(self, q, k, v, mask):
+        output, weights = attention(q, k, v, mask)
+        dead = torch.isnan(weights)
+        if bool(dead.any()):
+            weights = torch.where(dead, torch.zeros(weights.shape), weights)
+            output = weights @ v
+        return output, weights
+
+
+class MHAFullTensorOnTheCpu(MHACorrect):
+    """Fills blocked scores from a tensor of -inf made without a device."""
+
+    def attend(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full(scores.shape, float("-inf")))
+        weights = scores.softmax(-1)
+        return weights @ v, weights
+
+
+class MHAExtraOutputDropout(MHACorrect):
+    """A fixed nn.Dropout(0.1) on the output as well, which the text does not describe."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+        self.out_drop = nn.Dropout(0.1)
+
+    def output(self, merged):
+        return self.out_drop(self.w_o(merged))
+
+
+class MHATemperature(MHACorrect):
+    """A learned temperature the text does not name."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+        self.temperature = nn.Parameter(torch.ones(1))
+
+    def attend(self, q, k, v, mask):
+        return attention(q * self.temperature, k, v, mask)
+
+
+class MHAZeroesInPlace(MHACorrect):
+    """Writes zeros into softmax's output in place: backward breaks, only where there is a mask."""
+
+    def attend(self, q, k, v, mask):
+        output, weights = attention(q, k, v, mask)
+        if mask is not None:
+            weights.masked_fill_(~mask, 0.0)
+            output = weights @ v
+        return output, weights
+
+
+class MHASharedDropoutMask(MHACorrect):
+    """One dropout mask for every sequence and head (drawn for (Lq, Lk) only)."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        output, weights = self.attend(q, k, v, self.prepare_mask(mask))
+        if self.training and self.dropout.p > 0:
+            keep = torch.rand(weights.shape[-2:], device=weights.device) >= self.dropout.p
+            output = (weights * keep / (1 - self.dropout.p)) @ v
+        return self.w_o(self.merge(output)), weights
+
+
+class MHAKeepProbability(MHACorrect):
+    """Reads dropout as the probability to keep: drops with 1 - p."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+        self.dropout = nn.Dropout(1.0 - dropout if dropout else 0.0)
+
+
+class MHAd2l(nn.Module):
+    """Right: d2l's MultiHeadAttention (heads folded into the batch, masked_softmax with -1e6,
+    dropout on the weights it keeps), glued: boolean masks, w_q... names, the weights returned."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("num_hiddens must be divisible by num_heads")
+        self.num_heads = num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (
+            nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def transpose_qkv(self, x):
+        x = x.reshape(x.shape[0], x.shape[1], self.num_heads, -1).permute(0, 2, 1, 3)
+        return x.reshape(-1, x.shape[2], x.shape[3])
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.transpose_qkv(self.w_q(query)),
+            self.transpose_qkv(self.w_k(key)),
+            self.transpose_qkv(self.w_v(value)),
+        )
+        scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            full = mask.expand(query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+            scores = scores.masked_fill(~full.reshape(scores.shape), -1e6)
+        weights = nn.functional.softmax(scores, dim=-1)
+        out = torch.bmm(self.dropout(weights), v)
+        out = out.reshape(-1, self.num_heads, out.shape[1], out.shape[2]).permute(0, 2, 1, 3)
+        shaped = weights.reshape(query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+        return self.w_o(out.reshape(out.shape[0], out.shape[1], -1)), shaped
+
+
+class MHAFusedOutput(MHACorrect):
+    """Right: nanoGPT's path, F.scaled_dot_product_attention (with its own dropout_p in
+    training) for the output; the weights computed apart for the caller."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            self.split(w(t)) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value))
+        )
+        mask = self.prepare_mask(mask)
+        _, weights = attention(q, k, v, mask)
+        p = self.dropout.p if self.training else 0.0
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.w_o(self.merge(out)), weights
+
+
+FAMILIES = [  # (family, check, implementation, passes)
+    (1, "parameter_count", (count_numpy,), False),
+    (1, "parameter_count", (count_tensor,), False),
+    (1, "parameter_count", (count_bool_arithmetic,), True),
+    (2, "split_merge_heads", (split_numpy, merge_correct), False),
+    (2, "split_merge_heads", (split_reads_values, merge_correct), True),
+    (2, "multi_head_attention", (MHADropoutMaskOnTheCpu,), False),
+    (2, "multi_head_attention", (MHADeadRowsOnTheCpu,), False),
+    (2, "multi_head_attention", (MHAFullTensorOnTheCpu,), False),
+    (3, "multi_head_attention", (MHAKeywordOnlyOptions,), False),
+    (3, "multi_head_attention", (MHAKeywordOnlyMask,), False),
+    (3, "multi_head_attention", (MHABiasBeforeDropout,), False),
+    (3, "multi_head_attention", (MHADefaultDropout,), False),
+    (3, "split_merge_heads", (split_d2l, merge_d2l), True),
+    (3, "split_merge_heads", (split_hf, merge_nanogpt), True),
+    (4, "multi_head_attention", (MHAExtraOutputDropout,), False),
+    (4, "multi_head_attention", (MHATemperature,), False),
+    (4, "multi_head_attention", (MHAZeroesInPlace,), False),
+    (4, "multi_head_attention", (MHAd2l,), True),
+    (5, "multi_head_attention", (MHASharedDropoutMask,), False),
+    (5, "multi_head_attention", (MHAKeepProbability,), False),
+    (5, "multi_head_attention", (MHAFusedOutput,), True),
+]
+
+
+def _family_id(case):
+    return f"{case[0]}-{'right' if case[3] else 'wrong'}-" + "-".join(
+        getattr(f, "__name__", "f") for f in case[2]
+    )
+
+
+@pytest.mark.parametrize("family, name, impl, passes", FAMILIES, ids=map(_family_id, FAMILIES))
+def test_families(family, name, impl, passes):
+    result = getattr(check, name)(*impl, raise_on_failure=False)
+    assert result.status == (PASSED if passes else FAILED), result.message

@@ -756,3 +756,239 @@ def test_course_nn_exports_pass():
         nn_module.LearnedPositionalEmbedding, raise_on_failure=False
     ).passed
     assert check.rope(nn_module.apply_rope, raise_on_failure=False).passed
+
+
+# --- issue 30: the five families, with implementations written after the specs ----------------
+# Wrong ones break one sentence of the text each; right ones are canonical code of the field
+# glued at the interface (Hugging Face, the Annotated Transformer, GPT-J, GPT-2, BERT). Family
+# numbers follow the issue: 1 stated types, 2 the device (values read, training-only paths),
+# 3 called as the course calls it, 4 training-only behaviour, 5 statistics.
+
+
+def table_numpy(max_len, d_model):
+    """A NumPy array, not the float32 tensor the text states."""
+    return table_correct(max_len, d_model).numpy()
+
+
+def table_batched(max_len, d_model):
+    """(1, max_len, d_model), a batch axis the text does not have."""
+    return table_correct(max_len, d_model).unsqueeze(0)
+
+
+def table_hf_numpy(max_len, d_model):
+    """Right: Hugging Face DistilBERT's create_sinusoidal_embeddings (NumPy inside)."""
+    import numpy as np
+
+    position_enc = np.array(
+        [
+            [pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
+            for pos in range(max_len)
+        ]
+    )
+    out = torch.zeros(max_len, d_model)
+    out[:, 0::2] = torch.FloatTensor(np.sin(position_enc[:, 0::2]))
+    out[:, 1::2] = torch.FloatTensor(np.cos(position_enc[:, 1::2]))
+    return out
+
+
+class SinusoidalDropoutMaskOnTheCpu(SinusoidalCorrect):
+    """Its own dropout mask, drawn without a device: only training mode meets it."""
+
+    def forward(self, x):
+        self.check_length(x)
+        out = x + self.pe[: x.size(1)]
+        if self.training and self.dropout.p > 0:
+            out = out * (torch.rand(out.shape) >= self.dropout.p) / (1 - self.dropout.p)
+        return out
+
+
+class SinusoidalLengthFromValues(SinusoidalCorrect):
+    """Right: reads the length from a tensor's value (.item()); runs on any device."""
+
+    def forward(self, x):
+        length = int(torch.tensor(x.shape[1]).item())
+        if length > self.max_len:
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[:length])
+
+
+def rope_numpy(x, positions=None, base=10000.0):
+    """Angles through NumPy: no GPU."""
+    import numpy as np
+
+    pos = np.arange(x.shape[-2]) if positions is None else positions.cpu().numpy()
+    angle = torch.from_numpy(_angles(x, torch.from_numpy(np.asarray(pos)), base).numpy())
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+class SinusoidalDropoutBeforeMaxLen(SinusoidalCorrect):
+    """(d_model, dropout=0.0, max_len=512): notebook 05's (d_model, max_len, dropout) breaks."""
+
+    def __init__(self, d_model, dropout=0.0, max_len=512):
+        super().__init__(d_model, int(max_len), float(dropout) if dropout < 1 else 0.0)
+
+
+class SinusoidalZeroMeansDefault(SinusoidalCorrect):
+    """nn.Dropout(dropout or 0.1): an explicit 0.0 reads as "the paper's 0.1"."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.0):
+        super().__init__(d_model, max_len, dropout or 0.1)
+
+
+class LearnedSizesSwapped(LearnedCorrect):
+    """(d_model, max_len): notebook 09's LearnedPositionalEmbedding(max_len, d_model) breaks."""
+
+    def __init__(self, d_model, max_len):
+        super().__init__(max_len, d_model)
+
+
+def rope_base_keyword_only(x, positions=None, *, base=10000.0):
+    return rope_correct(x, positions, base)
+
+
+class SinusoidalLearnedScale(SinusoidalCorrect):
+    """A trainable scale on the encoding, which the text does not name."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.0):
+        super().__init__(d_model, max_len, dropout)
+        self.alpha = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        self.check_length(x)
+        return self.dropout(x + self.alpha * self.pe[: x.size(1)])
+
+
+class SinusoidalExtraDropout(SinusoidalCorrect):
+    """A fixed second dropout (0.1) on x, which the text does not describe."""
+
+    def forward(self, x):
+        self.check_length(x)
+        return self.dropout(nn.functional.dropout(x, 0.1, self.training) + self.pe[: x.size(1)])
+
+
+class SinusoidalSharedDropoutMask(SinusoidalCorrect):
+    """One dropout mask for the whole batch (drawn for (L, d_model) only)."""
+
+    def forward(self, x):
+        self.check_length(x)
+        out = x + self.pe[: x.size(1)]
+        if self.training and self.dropout.p > 0:
+            keep = torch.rand(out.shape[1:], device=out.device) >= self.dropout.p
+            out = out * keep / (1 - self.dropout.p)
+        return out
+
+
+class SinusoidalHalfRate(SinusoidalCorrect):
+    """Drops with half the probability, scaled for p: the rate and the scale disagree."""
+
+    def forward(self, x):
+        self.check_length(x)
+        out = x + self.pe[: x.size(1)]
+        if self.training and self.dropout.p > 0:
+            keep = torch.rand(out.shape, device=out.device) >= self.dropout.p / 2
+            out = out * keep / (1 - self.dropout.p)
+        return out
+
+
+class SinusoidalAnnotated(nn.Module):
+    """Right: the Annotated Transformer's PositionalEncoding (a (1, max_len, d) buffer, float32
+    angles, dropout on the sum), glued: non-persistent, the length check of the text."""
+
+    def __init__(self, d_model, max_len=512, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe.unsqueeze(0), persistent=False)
+        self.max_len = max_len
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError("sequence longer than max_len")
+        x = x + self.pe[:, : x.size(1)].requires_grad_(False)
+        return self.dropout(x)
+
+
+class LearnedGPT2(nn.Module):
+    """Right: GPT-2's wpe lookup (position_ids = arange(0, L, device).unsqueeze(0)), glued."""
+
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError(f"length {x.size(1)} > n_positions {self.max_len}")
+        position_ids = torch.arange(0, x.size(1), dtype=torch.long, device=x.device).unsqueeze(0)
+        return x + self.embedding(position_ids)
+
+
+class LearnedBertBuffer(nn.Module):
+    """Right: BERT's position_ids buffer (arange(max_len).expand((1, -1)), non-persistent)."""
+
+    def __init__(self, max_len, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, d_model)
+        self.register_buffer(
+            "position_ids", torch.arange(max_len).expand((1, -1)), persistent=False
+        )
+
+    def forward(self, x):
+        if x.size(1) > self.position_ids.size(1):
+            raise ValueError("sequence longer than max_position_embeddings")
+        return x + self.embedding(self.position_ids[:, : x.size(1)])
+
+
+def rope_gptj_float32(x, positions=None, base=10000.0):
+    """Right: GPT-J's rotary code (float32 inv_freq and sinusoids, rotate_every_two), glued:
+    the result cast back to x's dtype, as the text asks."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=x.device).float() / dim))
+    pos = torch.arange(x.shape[-2], device=x.device) if positions is None else positions
+    sinusoid = pos.float().unsqueeze(-1) * inv_freq
+    sin = torch.repeat_interleave(torch.sin(sinusoid), 2, dim=-1).to(x.dtype)
+    cos = torch.repeat_interleave(torch.cos(sinusoid), 2, dim=-1).to(x.dtype)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+    return x * cos + rotated * sin
+
+
+FAMILIES = [  # (family, check, implementation, passes)
+    (1, "sinusoidal_table", table_numpy, False),
+    (1, "sinusoidal_table", table_batched, False),
+    (1, "sinusoidal_table", table_hf_numpy, True),
+    (2, "sinusoidal_encoding", SinusoidalDropoutMaskOnTheCpu, False),
+    (2, "rope", rope_numpy, False),
+    (2, "sinusoidal_encoding", SinusoidalLengthFromValues, True),
+    (3, "sinusoidal_encoding", SinusoidalDropoutBeforeMaxLen, False),
+    (3, "sinusoidal_encoding", SinusoidalZeroMeansDefault, False),
+    (3, "learned_embedding", LearnedSizesSwapped, False),
+    (3, "rope", rope_base_keyword_only, False),
+    (3, "learned_embedding", LearnedGPT2, True),
+    (4, "sinusoidal_encoding", SinusoidalLearnedScale, False),
+    (4, "sinusoidal_encoding", SinusoidalExtraDropout, False),
+    (4, "sinusoidal_encoding", SinusoidalAnnotated, True),
+    (4, "learned_embedding", LearnedBertBuffer, True),
+    (5, "sinusoidal_encoding", SinusoidalSharedDropoutMask, False),
+    (5, "sinusoidal_encoding", SinusoidalHalfRate, False),
+    (5, "rope", rope_gptj_float32, True),
+]
+
+
+def _family_id(case):
+    return f"{case[0]}-{'right' if case[3] else 'wrong'}-{case[2].__name__}"
+
+
+@pytest.mark.parametrize("family, name, impl, passes", FAMILIES, ids=map(_family_id, FAMILIES))
+def test_families(family, name, impl, passes):
+    try:
+        result = getattr(check, name)(impl, raise_on_failure=False)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert result.status == (PASSED if passes else FAILED), result.message

@@ -102,13 +102,13 @@ def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Te
 def _encoding_builds() -> list[Build]:
     def build(what: str, inputs: dict, shapes: list, offset: int, det: bool = True) -> Build:
         n, d = inputs.get("max_len", 512), inputs["d_model"]
-        mode = "" if det else ", in eval mode (dropout off)"
+        mode = "" if det else f"; dropout={inputs['dropout']}, which eval mode turns off"
         return Build(what, inputs, lambda: _xs(d, shapes, n, offset, mode), det)
 
     return [
         build("max_len 40", {"d_model": 16, "max_len": 40, "dropout": 0.0},
               [(1, 9), (2, 11), (3, 40), (4, 1)], 0),
-        build("dropout 0.3", {"d_model": 6, "max_len": 7, "dropout": 0.3}, [(2, 5), (1, 7)], 1,
+        build("dropout 0.3", {"d_model": 6, "max_len": 7, "dropout": 0.3}, [(2, 5), (1, 7), (400, 7)], 1,
               det=False),
         build("the defaults (max_len=512, dropout=0.0)", {"d_model": 8}, [(1, 5), (2, 3), (1, 512)],
               2),
