@@ -515,3 +515,121 @@ def test_the_solution_notebook_passes_its_checks(tokenizer):
     functions = _solution_functions()
     assert check.align_labels(functions["align_labels"], tokenizer, raise_on_failure=False)
     assert check.word_predictions(functions["word_predictions"], tokenizer, raise_on_failure=False)
+
+
+# --- Issue 30: wrong implementations written after the conversion, by family, and right
+# variants from the field's code (the OLD checks' verdicts are in the report) ---------------
+
+
+def align_numpy(encoding, tags):
+    return align_labels(encoding, tags).numpy()
+
+
+def align_rows_as_list_of_tensors(encoding, tags):
+    return list(align_labels(encoding, tags))
+
+
+def align_reads_the_global_tokenizer_layout(encoding, tags):
+    """Skips the first token of each row instead of reading word ids (one token per word)."""
+    labels = torch.full_like(encoding["input_ids"], IGNORE)
+    for i, word_tags in enumerate(tags):
+        length = int(encoding["attention_mask"][i].sum())
+        for j, tag in enumerate(word_tags[: length - 2]):
+            labels[i, j + 1] = tag
+    return labels
+
+
+def align_adds_special_tokens_mask(encoding, tags):
+    """Adds a key to the caller's encoding on the way (inputs untouched)."""
+    encoding["word_ids"] = torch.tensor(
+        [[-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(tags))]
+    )
+    return align_labels(encoding, tags)
+
+
+def words_tuple(word_ids, token_predictions, num_words):
+    return tuple(word_predictions(word_ids, token_predictions, num_words))
+
+
+def words_long_tensor(word_ids, token_predictions, num_words):
+    return torch.tensor(word_predictions(word_ids, token_predictions, num_words))
+
+
+def words_through_numpy(word_ids, token_predictions, num_words):
+    """Converts tensor predictions with .numpy() (fails for predictions on a GPU)."""
+    if isinstance(token_predictions, torch.Tensor):
+        token_predictions = token_predictions.numpy().tolist()
+    return word_predictions(word_ids, token_predictions, num_words)
+
+
+def words_missing_is_none(word_ids, token_predictions, num_words):
+    return [
+        None if p == -1 else p for p in word_predictions(word_ids, token_predictions, num_words)
+    ]
+
+
+ALIGN_FAMILY_WRONG = {
+    "1_numpy_array": align_numpy,
+    "1_list_of_row_tensors": align_rows_as_list_of_tensors,
+    "values_one_token_per_word_layout": align_reads_the_global_tokenizer_layout,
+    "inputs_adds_a_key_to_the_encoding": align_adds_special_tokens_mask,
+}
+WORDS_FAMILY_WRONG = {
+    "1_tuple": words_tuple,
+    "1_long_tensor": words_long_tensor,
+    "1_none_for_missing": words_missing_is_none,
+    "2_through_numpy": words_through_numpy,
+}
+
+
+def align_hf_token_classification_notebook(encoding, tags):
+    """tokenize_and_align_labels of Hugging Face's token-classification notebook
+    (label_all_tokens=False), glued at the interface."""
+    labels = []
+    for i, label in enumerate(tags):
+        word_ids = encoding.word_ids(batch_index=i)
+        previous_word_idx = None
+        label_ids = []
+        for word_idx in word_ids:
+            if word_idx is None:
+                label_ids.append(-100)
+            elif word_idx != previous_word_idx:
+                label_ids.append(label[word_idx])
+            else:
+                label_ids.append(-100)
+            previous_word_idx = word_idx
+        labels.append(label_ids)
+    return torch.tensor(labels, dtype=torch.long)
+
+
+def words_pipeline_first_strategy(word_ids, token_predictions, num_words):
+    """The "first" aggregation of Hugging Face's token-classification pipeline, glued: a
+    word's prediction is its first sub-token's."""
+    predictions = (
+        token_predictions.tolist()
+        if isinstance(token_predictions, torch.Tensor)
+        else list(token_predictions)
+    )
+    words, seen = [-1] * num_words, set()
+    for word_id, prediction in zip(word_ids, predictions, strict=True):
+        if word_id is not None and word_id not in seen:
+            seen.add(word_id)
+            words[word_id] = int(prediction)
+    return words
+
+
+@pytest.mark.parametrize("wrong", ALIGN_FAMILY_WRONG.values(), ids=ALIGN_FAMILY_WRONG.keys())
+def test_align_family_wrong(wrong):
+    assert check.align_labels(wrong, None, raise_on_failure=False).status == FAILED
+
+
+@pytest.mark.parametrize("wrong", WORDS_FAMILY_WRONG.values(), ids=WORDS_FAMILY_WRONG.keys())
+def test_words_family_wrong(wrong):
+    assert check.word_predictions(wrong, None, raise_on_failure=False).status == FAILED
+
+
+def test_family_right_variants():
+    right = check.align_labels(align_hf_token_classification_notebook, raise_on_failure=False)
+    assert right.passed, right.message
+    right = check.word_predictions(words_pipeline_first_strategy, raise_on_failure=False)
+    assert right.passed, right.message
