@@ -1395,7 +1395,37 @@ def greedy_where_loop(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id
     return ids
 
 
+class TransformerEncoderBuildsItsMask(Transformer):
+    """encode lets the encoder build the padding mask itself (the same mask, from pad_id)."""
+
+    def encode(self, src_ids):
+        return self.encoder(src_ids), make_padding_mask(src_ids, self.pad_id)
+
+
+class ResidualAnnotatedEps(PreNormResidual):
+    """nn.LayerNorm with the Annotated Transformer's eps = 1e-6."""
+
+    def __init__(self, d_model, dropout=0.0):
+        super().__init__(d_model, dropout)
+        self.norm = nn.LayerNorm(d_model, eps=1e-6)
+
+
+class DecoderBlockSpelledOut(DecoderBlock):
+    """Each residual written out, as in nanoGPT's Block, with a third (cross) sub-layer."""
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        h = self.self_attn_residual.norm(x)
+        x = x + self.self_attn_residual.dropout(self.self_attn(h, h, h, tgt_mask)[0])
+        h = self.cross_attn_residual.norm(x)
+        attended = self.cross_attn(h, memory, memory, memory_mask)[0]
+        x = x + self.cross_attn_residual.dropout(attended)
+        return x + self.ffn_residual.dropout(self.ffn(self.ffn_residual.norm(x)))
+
+
 RIGHT_30 = [
+    ("transformer", TransformerEncoderBuildsItsMask),
+    ("pre_norm_residual", ResidualAnnotatedEps),
+    ("decoder_block", DecoderBlockSpelledOut),
     ("feed_forward", AnnotatedPositionwiseFeedForward),
     ("feed_forward", FFNInPlaceRelu),
     ("pre_norm_residual", AnnotatedSublayerConnection),
