@@ -45,36 +45,62 @@ SIZES = [((2, 5, 12), 3), ((1, 7, 8), 2), ((3, 1, 6), 3), ((2, 4, 10), 1), ((2, 
 
 def _split_cases() -> list[Case]:
     g = generator(0)
-    cases = [Case(f"x {s}, {h} heads", {"x": torch.randn(s, generator=g), "num_heads": h},
-                  grad=i == 0) for i, (s, h) in enumerate(SIZES)]  # fmt: skip
+    cases = [
+        Case(f"x {s}, {h} heads", {"x": torch.randn(s, generator=g), "num_heads": h}, grad=i == 0)
+        for i, (s, h) in enumerate(SIZES)
+    ]
     x = torch.randn(2, 3, 8, generator=g, dtype=torch.float64)
     return [*cases, Case("a float64 x (2, 3, 8), 4 heads", {"x": x, "num_heads": 4})]
 
 
 def _merge_cases() -> list[Case]:
     g = generator(1)  # contiguous (B, H, L, d) as attention returns it: transpose-then-view fails
-    cases = [Case(f"x ({s[0]}, {h}, {s[1]}, {s[2] // h})",
-                  {"x": torch.randn(s[0], h, s[1], s[2] // h, generator=g)}, grad=i == 0)
-             for i, (s, h) in enumerate(SIZES)]  # fmt: skip
+    cases = [
+        Case(
+            f"x ({s[0]}, {h}, {s[1]}, {s[2] // h})",
+            {"x": torch.randn(s[0], h, s[1], s[2] // h, generator=g)},
+            grad=i == 0,
+        )
+        for i, (s, h) in enumerate(SIZES)
+    ]
     x = torch.randn(2, 4, 3, 2, generator=g, dtype=torch.float64)
     return [*cases, Case("a float64 x (2, 4, 3, 2)", {"x": x})]
 
 
 SPLIT = Spec(
-    exercise="Exercise 3.1", title="split heads", name="split_heads", params=("x", "num_heads"),
+    exercise="Exercise 3.1",
+    title="split heads",
+    name="split_heads",
+    params=("x", "num_heads"),
     reference=lambda x, num_heads: x.unflatten(-1, (num_heads, -1)).transpose(1, 2),
-    cases=_split_cases, gradients=("x",), hint=SPLIT_HINT,
-    properties=(Property("a ValueError for indivisible sizes", applies=lambda c: c.grad,
-        **prop.refusal(ValueError, lambda split: split(torch.zeros(2, 5, 10), 3),
-                       "split_heads(x of shape (2, 5, 10), 3)",
-                       "10 features cannot be split into 3 equal heads, so features would be "
-                       "silently dropped.", "Check the divisibility first, as the text asks.")),),
-)  # fmt: skip
-MERGE = Spec(
-    exercise="Exercise 3.1", title="merge heads", name="merge_heads", params=("x",),
-    reference=lambda x: x.transpose(1, 2).flatten(2), cases=_merge_cases, gradients=("x",),
+    cases=_split_cases,
+    gradients=("x",),
     hint=SPLIT_HINT,
-)  # fmt: skip
+    properties=(
+        Property(
+            "a ValueError for indivisible sizes",
+            applies=lambda c: c.grad,
+            **prop.refusal(
+                ValueError,
+                lambda split: split(torch.zeros(2, 5, 10), 3),
+                "split_heads(x of shape (2, 5, 10), 3)",
+                "10 features cannot be split into 3 equal heads, so features would be "
+                "silently dropped.",
+                "Check the divisibility first, as the text asks.",
+            ),
+        ),
+    ),
+)
+MERGE = Spec(
+    exercise="Exercise 3.1",
+    title="merge heads",
+    name="merge_heads",
+    params=("x",),
+    reference=lambda x: x.transpose(1, 2).flatten(2),
+    cases=_merge_cases,
+    gradients=("x",),
+    hint=SPLIT_HINT,
+)
 
 
 @exercise_check("Exercise 3.1", "split and merge heads", hint=SPLIT_HINT)
@@ -97,17 +123,22 @@ DROPOUT_HINT = (
 )
 
 
-def _attention(build: Build, w: dict, buffers: Any, query: Any, key: Any, value: Any,
-               mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def _attention(
+    build: Build, w: dict, buffers: Any, query: Any, key: Any, value: Any, mask: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The text's multi-head attention with the check's weights ``w``."""
 
     def project(name: str, t: torch.Tensor) -> torch.Tensor:
         bias = w.get(f"{name}.bias")
-        return F.linear(t, w[f"{name}.weight"].to(t.dtype), None if bias is None else bias.to(t.dtype))
+        return F.linear(
+            t, w[f"{name}.weight"].to(t.dtype), None if bias is None else bias.to(t.dtype)
+        )
 
     heads = build.inputs["num_heads"]
-    q, k, v = (project(n, t).unflatten(-1, (heads, -1)).transpose(1, 2)
-               for n, t in (("w_q", query), ("w_k", key), ("w_v", value)))  # fmt: skip
+    q, k, v = (
+        project(n, t).unflatten(-1, (heads, -1)).transpose(1, 2)
+        for n, t in (("w_q", query), ("w_k", key), ("w_v", value))
+    )
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf)
@@ -118,9 +149,12 @@ def _attention(build: Build, w: dict, buffers: Any, query: Any, key: Any, value:
 def _projections(build: Build) -> dict[str, tuple[int, ...]]:
     d = build.inputs["d_model"]
     biased = build.inputs.get("bias", True)
-    return {f"{n}.{k}": (d, d) if k == "weight" else (d,)
-            for n in ("w_q", "w_k", "w_v", "w_o") for k in ("weight", "bias")
-            if k == "weight" or biased}  # fmt: skip
+    return {
+        f"{n}.{k}": (d, d) if k == "weight" else (d,)
+        for n in ("w_q", "w_k", "w_v", "w_o")
+        for k in ("weight", "bias")
+        if k == "weight" or biased
+    }
 
 
 def _padding(lengths: list[int], length: int) -> torch.Tensor:
@@ -130,32 +164,51 @@ def _padding(lengths: list[int], length: int) -> torch.Tensor:
 
 def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
     g = generator(100 + d)
-    x, q, k, v, x4, x1 = (torch.randn(*s, d, generator=g) for s in
-                          ((2, 5), (2, 3), (2, 7), (2, 7), (4, 6), (1, 1)))  # fmt: skip
+    x, q, k, v, x4, x1 = (
+        torch.randn(*s, d, generator=g) for s in ((2, 5), (2, 3), (2, 7), (2, 7), (4, 6), (1, 1))
+    )
     pad4, causal = _padding([6, 2, 5, 3], 6), torch.ones(1, 6, 6, dtype=torch.bool).tril()
     cross = {"query": q, "key": k, "value": v}
     table = [
-        Case("self-attention, x (2, 5, d_model), no mask", {"query": x, "key": x, "value": x,
-             "mask": None}, grad=True),
+        Case(
+            "self-attention, x (2, 5, d_model), no mask",
+            {"query": x, "key": x, "value": x, "mask": None},
+            grad=True,
+        ),
         Case("cross-attention, 3 queries over 7 keys with other values", {**cross, "mask": None}),
-        Case("cross-attention with a (2, 1, 7) padding mask", {**cross, "mask": _padding([7, 4], 7)},
-             grad=True),
-        Case("self-attention, 4 sequences of different lengths, (4, 1, 6) mask",
-             {"query": x4, "key": x4, "value": x4, "mask": pad4}),
-        Case("self-attention with a (1, 6, 6) causal mask",
-             {"query": x4, "key": x4, "value": x4, "mask": causal}),
-        Case("self-attention with a causal and padding mask (4, 6, 6)",
-             {"query": x4, "key": x4, "value": x4, "mask": causal & pad4}),
-        Case("cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
-             {**cross, "mask": _padding([3, 6], 7).unsqueeze(1)}),
+        Case(
+            "cross-attention with a (2, 1, 7) padding mask",
+            {**cross, "mask": _padding([7, 4], 7)},
+            grad=True,
+        ),
+        Case(
+            "self-attention, 4 sequences of different lengths, (4, 1, 6) mask",
+            {"query": x4, "key": x4, "value": x4, "mask": pad4},
+        ),
+        Case(
+            "self-attention with a (1, 6, 6) causal mask",
+            {"query": x4, "key": x4, "value": x4, "mask": causal},
+        ),
+        Case(
+            "self-attention with a causal and padding mask (4, 6, 6)",
+            {"query": x4, "key": x4, "value": x4, "mask": causal & pad4},
+        ),
+        Case(
+            "cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
+            {**cross, "mask": _padding([3, 6], 7).unsqueeze(1)},
+        ),
         Case("a batch of one, a single token", {"query": x1, "key": x1, "value": x1, "mask": None}),
-        Case("cross-attention, 3 queries over 4 keys (where dropout acts, in train mode)",
-             {"query": q, "key": k[:, :4], "value": v[:, :4], "mask": None}),
-        Case("self-attention where sequence 1 is all padding (fully masked rows: compared only "
-             "on the other device, in train and eval mode)",
-             {"query": x4, "key": x4, "value": x4, "mask": _padding([6, 0, 5, 3], 6)},
-             compare=False),
-    ]  # fmt: skip
+        Case(
+            "cross-attention, 3 queries over 4 keys (where dropout acts, in train mode)",
+            {"query": q, "key": k[:, :4], "value": v[:, :4], "mask": None},
+        ),
+        Case(
+            "self-attention where sequence 1 is all padding (fully masked rows: compared only "
+            "on the other device, in train and eval mode)",
+            {"query": x4, "key": x4, "value": x4, "mask": _padding([6, 0, 5, 3], 6)},
+            compare=False,
+        ),
+    ]
     return [table[i] for i in pick]
 
 
@@ -167,13 +220,18 @@ def _mha_builds() -> list[Build]:
     return [
         build("24 features, 4 heads", {"d_model": 24, "num_heads": 4, **full}, (*range(8), 9)),
         build("the defaults", {"d_model": 24, "num_heads": 4}, (0, 2)),
-        build("no biases", {"d_model": 18, "num_heads": 3, "dropout": 0.0, "bias": False},
-              (1, 2, 5)),
+        build(
+            "no biases", {"d_model": 18, "num_heads": 3, "dropout": 0.0, "bias": False}, (1, 2, 5)
+        ),
         build("one head", {"d_model": 12, "num_heads": 1, **full}, (1, 4)),
         build("one feature per head", {"d_model": 8, "num_heads": 8, **full}, (2,)),
-        build("dropout 0.3", {"d_model": 16, "num_heads": 2, "dropout": 0.3, "bias": True},
-              (0, 2, 8, 9), deterministic=False),
-    ]  # fmt: skip
+        build(
+            "dropout 0.3",
+            {"d_model": 16, "num_heads": 2, "dropout": 0.3, "bias": True},
+            (0, 2, 8, 9),
+            deterministic=False,
+        ),
+    ]
 
 
 def _mask_given(case: Case) -> bool:
@@ -181,26 +239,48 @@ def _mask_given(case: Case) -> bool:
     return mask is not None and bool(mask.any(-1).all())
 
 
-multi_head_attention = check(ModuleSpec(
-    exercise="Exercise 3.2", title="multi-head attention", name="MultiHeadAttention",
-    init=("d_model", "num_heads", "dropout", "bias"), init_defaults={"dropout": 0.0, "bias": True},
-    forward=("query", "key", "value", "mask"), defaults={"mask": None},
-    forms=(POSITIONAL, KEYWORD, DEFAULTS), builds=_mha_builds, parameters=_projections,
-    reference=_attention, gradients=("query", "key", "value"), output=lambda r: r[0],
-    hint=MHA_HINT,
-    properties=(
-        Property("the per-head weights", **prop.per_head_weights(lambda r: r[1], MHA_HINT)),
-        Property("blocked keys get exactly 0", applies=_mask_given,
-                 **prop.blocked_keys_get_zero(lambda r: r[1], lambda c: c.inputs["mask"])),
-        Property("dropout on the attention weights", applies=lambda c: "dropout acts" in c.what,
-                 **prop.dropout_on_attention(0.3, 2, DROPOUT_HINT)),
-        Property("a ValueError for indivisible sizes", applies=lambda c: c.what.startswith("self-attention, x"),
-                 **prop.refusal(ValueError, lambda m: type(m)(10, 3)(*[torch.zeros(2, 3, 10)] * 3),
-                                "MultiHeadAttention(d_model=10, num_heads=3)",
-                                "10 features cannot be split into 3 equal heads.",
-                                "Check the divisibility in __init__, as the text asks.")),
-    ),
-))  # fmt: skip
+multi_head_attention = check(
+    ModuleSpec(
+        exercise="Exercise 3.2",
+        title="multi-head attention",
+        name="MultiHeadAttention",
+        init=("d_model", "num_heads", "dropout", "bias"),
+        init_defaults={"dropout": 0.0, "bias": True},
+        forward=("query", "key", "value", "mask"),
+        defaults={"mask": None},
+        forms=(POSITIONAL, KEYWORD, DEFAULTS),
+        builds=_mha_builds,
+        parameters=_projections,
+        reference=_attention,
+        gradients=("query", "key", "value"),
+        output=lambda r: r[0],
+        hint=MHA_HINT,
+        properties=(
+            Property("the per-head weights", **prop.per_head_weights(lambda r: r[1], MHA_HINT)),
+            Property(
+                "blocked keys get exactly 0",
+                applies=_mask_given,
+                **prop.blocked_keys_get_zero(lambda r: r[1], lambda c: c.inputs["mask"]),
+            ),
+            Property(
+                "dropout on the attention weights",
+                applies=lambda c: "dropout acts" in c.what,
+                **prop.dropout_on_attention(0.3, 2, DROPOUT_HINT),
+            ),
+            Property(
+                "a ValueError for indivisible sizes",
+                applies=lambda c: c.what.startswith("self-attention, x"),
+                **prop.refusal(
+                    ValueError,
+                    lambda m: type(m)(10, 3)(*[torch.zeros(2, 3, 10)] * 3),
+                    "MultiHeadAttention(d_model=10, num_heads=3)",
+                    "10 features cannot be split into 3 equal heads.",
+                    "Check the divisibility in __init__, as the text asks.",
+                ),
+            ),
+        ),
+    )
+)
 
 
 # --- 3.3 parameter count ----------------------------------------------------------------------
@@ -211,15 +291,31 @@ def _torch_count(d_model: int, num_heads: int, bias: bool = True) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-COUNTS = [(512, 8, True), (384, 12, True), (64, 4, False), (8, 1, True), (512, 1, True),
-          (768, 12, False), (6, 6, True)]  # fmt: skip
+COUNTS = [
+    (512, 8, True),
+    (384, 12, True),
+    (64, 4, False),
+    (8, 1, True),
+    (512, 1, True),
+    (768, 12, False),
+    (6, 6, True),
+]
 
-parameter_count = check(Spec(
-    exercise="Exercise 3.3", title="parameter count", name="mha_parameter_count",
-    params=("d_model", "num_heads", "bias"), defaults={"bias": True},
-    forms=(POSITIONAL, KEYWORD, DEFAULTS), reference=_torch_count, random=GLOBAL,
-    cases=lambda: [Case(f"d_model={d}, {h} heads", {"d_model": d, "num_heads": h, "bias": b},
-                        device=False) for d, h, b in COUNTS],
-    hint="Add up the weight matrices and bias vectors of the projections of 3.2, and ask which "
-    "of their sizes depend on the number of heads.",
-))  # fmt: skip
+parameter_count = check(
+    Spec(
+        exercise="Exercise 3.3",
+        title="parameter count",
+        name="mha_parameter_count",
+        params=("d_model", "num_heads", "bias"),
+        defaults={"bias": True},
+        forms=(POSITIONAL, KEYWORD, DEFAULTS),
+        reference=_torch_count,
+        random=GLOBAL,
+        cases=lambda: [
+            Case(f"d_model={d}, {h} heads", {"d_model": d, "num_heads": h, "bias": b}, device=False)
+            for d, h, b in COUNTS
+        ],
+        hint="Add up the weight matrices and bias vectors of the projections of 3.2, and ask which "
+        "of their sizes depend on the number of heads.",
+    )
+)
