@@ -862,10 +862,17 @@ def dropout_on_attention(p: float, heads: int, hint: str | None = None) -> dict:
             evaluation = twin(**inputs)
             trained = twin.train()(**inputs)
             named = dict(twin.named_parameters())
-            state = {f"{n}.{k[0]}": named.get(f"{n}.{k}") for n in ("w_o", "w_v")
-                     for k in ("weight", "bias")}  # fmt: skip
-            return {"eval": evaluation, "train": trained, "value": inputs["value"],
-                    "state": {k: v.detach() if v is not None else None for k, v in state.items()}}  # fmt: skip
+            state = {
+                f"{n}.{k[0]}": named.get(f"{n}.{k}")
+                for n in ("w_o", "w_v")
+                for k in ("weight", "bias")
+            }
+            return {
+                "eval": evaluation,
+                "train": trained,
+                "value": inputs["value"],
+                "state": {k: v.detach() if v is not None else None for k, v in state.items()},
+            }
 
         return observe(f"the module in train() mode on {case.what}", run, random=True)
 
@@ -875,8 +882,11 @@ def dropout_on_attention(p: float, heads: int, hint: str | None = None) -> dict:
         (out_e, w_e), (out_t, w_t) = seen["eval"], seen["train"]
         what = f"in train() mode with dropout={p}, on {case.what}"
         if not torch.allclose(w_t, w_e, atol=1e-10):
-            state = "are the ones after dropout (zeros and 1/(1-p)-scaled values)" if is_dropout_of(
-                w_t, w_e, p) else "differ from those in eval mode"  # fmt: skip
+            state = (
+                "are the ones after dropout (zeros and 1/(1-p)-scaled values)"
+                if is_dropout_of(w_t, w_e, p)
+                else "differ from those in eval mode"
+            )
             raise CheckFailure(
                 f"{what}, the returned attention weights {state}; return the weights before "
                 "dropout, the pattern the model computed (the property violated: the stated "
@@ -1044,8 +1054,15 @@ def relative_scores(what: str, length: int = 12, dim: int = 32, hint: str | None
 
     def watch(student: Any, case: Any, call_: Callable) -> list[Any]:
         q, k = torch.randn(2, dim, generator=generator(99), dtype=torch.float64)
-        return [call(f"{what} of one {n} at positions 0..{length - 1}", student,
-                     t.expand(length, dim).clone(), names=("x",)) for n, t in (("query", q), ("key", k))]  # fmt: skip
+        return [
+            call(
+                f"{what} of one {n} at positions 0..{length - 1}",
+                student,
+                t.expand(length, dim).clone(),
+                names=("x",),
+            )
+            for n, t in (("query", q), ("key", k))
+        ]
 
     def judge(case: Any, got: Any, expected: Any, rotated: list[Any]) -> None:
         scores = rotated[0] @ rotated[1].T
