@@ -251,6 +251,24 @@ def test_needed_cells_follow_definitions_and_skip_the_rest():
     assert grading.needed_cells(_code(*cells)) == [0, 1, 4, 5, 6, 7]
 
 
+def test_the_templates_imports_cell_imports_only_what_the_cells_that_run_use():
+    source = (
+        "from __future__ import annotations\n\nimport math\n\nimport matplotlib.pyplot as plt\n"
+        "import torch.nn.functional as F\nfrom torch import nn, optim\n"
+        "from course import models, viz\nfrom course.checks import nb05 as check"
+    )
+    kept = selection.used_imports_only(source, {"nn", "check", "F", "math"})
+    assert kept.splitlines() == [
+        "from __future__ import annotations",
+        "import math",
+        "import torch.nn.functional as F",
+        "from torch import nn",
+        "from course.checks import nb05 as check",
+    ]
+    assert selection.used_imports_only("import torch\nx = 1", {"torch"}) is None
+    assert selection.used_imports_only("import torch", set()) == "pass\n"
+
+
 def test_needed_cells_of_the_real_notebooks_skip_training():
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         notebook = nbformat.read(path, as_version=4)

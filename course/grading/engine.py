@@ -15,6 +15,7 @@ from course.contract import ERROR, MISSING
 from course.grading import instrument as instrumenting
 from course.grading import kernel, verdict
 from course.grading.merging import (
+    ORIGIN,
     check_calls,
     check_module,
     exercises,
@@ -22,7 +23,12 @@ from course.grading.merging import (
     merge,
     read_notebook,
 )
-from course.grading.selection import Dependencies, syntax_error
+from course.grading.selection import (
+    Dependencies,
+    every_name,
+    syntax_error,
+    used_imports_only,
+)
 from course.grading.verdict import ExerciseResult
 
 DEFAULT_TIMEOUT_S = 60  # per exercise: its answer cell, the cells it added, its check cell
@@ -85,6 +91,15 @@ def grade_notebook(
         | {call.cell for call in calls}
     )
     needed = sorted(graph.closure(seeds))
+    # The instructor's imports cells import only what the cells that run use (no matplotlib,
+    # no transformers for a notebook whose checks need neither).
+    mentioned = [every_name(graded.cells[i].source) for i in needed]
+    used = set().union(*(m for m in mentioned if m is not None))
+    for i in needed if None not in mentioned else []:  # a cell that does not parse: keep all
+        if graded.cells[i].metadata.get(ORIGIN) == "template":
+            lighter = used_imports_only(graded.cells[i].source, used)
+            if lighter is not None:
+                graded.cells[i].source = lighter
     student = set(merged.answers) | set(merged.added)
     # Per exercise: the student's cells its check depends on (forbidden imports, timeouts).
     student_cells: dict[str, list[int]] = {}

@@ -77,6 +77,9 @@ class _Names(ast.NodeVisitor):
             every = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
             every += [a for a in (arguments.vararg, arguments.kwarg) if a]
             local |= {a.arg for a in every}
+            for annotation in [a.annotation for a in every] + [getattr(node, "returns", None)]:
+                if annotation is not None:  # evaluated where the function is defined
+                    self.visit(annotation)
         # Names bound anywhere in the body are local to it (Python's own rule, minus `global`).
         body = node.body if isinstance(node.body, list) else [node.body]
         for statement in body:
@@ -137,6 +140,46 @@ def syntax_error(source: str) -> str | None:
     except (ValueError, RecursionError, MemoryError) as error:
         return f"{type(error).__name__}: the cell cannot be parsed"
     return None
+
+
+def every_name(source: str) -> set[str] | None:
+    """Every identifier a cell mentions, in any scope (None when it does not parse): a generous
+    bound on what it may use, for :func:`used_imports_only`."""
+    try:
+        tree = ast.parse(cell_code(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def used_imports_only(source: str, used: set[str]) -> str | None:
+    """A cell of nothing but imports, keeping only the names ``used`` (and ``__future__``).
+
+    None when the cell does anything but import (or does not parse): it then runs as written.
+    The template's imports cell binds ``plt``, ``viz``, ``models`` and more that no check or
+    answer needs; importing them (matplotlib, transformers) in every graded notebook was pure
+    cost (issue 31)."""
+    try:
+        tree = ast.parse(cell_code(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    body = [n for n in tree.body if not _is_docstring(n)]
+    if not body or not all(isinstance(n, ast.Import | ast.ImportFrom) for n in body):
+        return None
+    kept = []
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            kept.append(node)
+            continue
+        names = [a for a in node.names if (a.asname or a.name).split(".")[0] in used]
+        if names:
+            node.names = names
+            kept.append(node)
+    return "\n".join(ast.unparse(n) for n in kept) + ("\n" if kept else "pass\n")
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
 
 
 class Dependencies:
