@@ -1547,7 +1547,7 @@ def zero_gradient_rows(
 
 def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Callable]:
     """After ``.double()`` (on a copy) the module computes in float64 on float64 inputs: float64
-    results, the same values as in float32."""
+    results, the same values as its own in float32 (the reference judges those)."""
 
     def run(student: Any, case: Any, call: Callable) -> Any:
         args = [case.inputs[p] for p in params if p in case.inputs]
@@ -1565,11 +1565,11 @@ def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Cal
 
     def judge(case: Any, got: Any, expected: Any, seen: Any) -> None:
         try:
-            expect_result(seen, wide(expected), f"{name}.double() on {case.what}", hint)
+            expect_result(seen, wide(got), f"{name}.double() on {case.what}", hint)
         except CheckFailure as failure:
             raise CheckFailure(
-                f"{failure.message} (the property violated: the module follows .double(); "
-                "its parameters decide the dtype).",
+                f"{failure.message.split(' (the property violated')[0]} (the property "
+                "violated: the module follows .double(); its parameters decide the dtype).",
                 failure.hint,
             ) from None
 
@@ -1588,17 +1588,24 @@ def blocked_get_zero(name: str, lost: str = "") -> dict[str, Callable]:
         mask, weights = case.inputs.get("mask"), got[1]
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             return
-        blocked = ~mask.expand(weights.shape)
+        try:
+            blocked = ~mask.expand(weights.shape)
+        except (RuntimeError, AttributeError):
+            return  # the shape comparison says it better
         leaked = blocked & (weights != 0)
         if not leaked.any():
             return
         index = tuple(int(i) for i in torch.unravel_index(
             (weights.abs() * leaked).flatten().argmax(), weights.shape))  # fmt: skip
         inverted = bool((weights.masked_select(~blocked) == 0).all())
+        dead = bool(blocked[index[:-1]].all())
         reason = (
             "the keys the mask allows got weight 0 and the blocked ones did not: the mask is "
             "read the wrong way round"
             if inverted
+            else "every key of that query is blocked, and the exercise text says such a query "
+            "gets zero weights and a zero output"
+            if dead
             else f"a key the mask blocks must get exactly 0. {lost}".strip()
         )
         raise CheckFailure(
@@ -1608,6 +1615,8 @@ def blocked_get_zero(name: str, lost: str = "") -> dict[str, Callable]:
             "A boolean mask is True where a query may attend (True = may attend), False where "
             "it may not."
             if inverted
+            else "softmax of a row of -inf is 0/0; the text says what such a row gets instead."
+            if dead
             else "The exercise text says what a blocked score becomes, so that its weight is "
             "exactly 0" + (", and forward passes the mask on." if lost else "."),
         )

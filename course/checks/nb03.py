@@ -110,6 +110,9 @@ def split_merge_heads(student_split: Any, student_merge: Any) -> None:
     run_function(MERGE, student_merge)
 
 
+split_merge_heads.spec = (SPLIT, MERGE)  # type: ignore[attr-defined]
+
+
 # --- 3.2 MultiHeadAttention -------------------------------------------------------------------
 
 MHA_HINT = (

@@ -237,6 +237,9 @@ def learned_embedding(student_class: Any) -> None:
     run_module(ModuleSpec(**{**LEARNED.__dict__, "parameters": shapes}), student_class)
 
 
+learned_embedding.spec = LEARNED  # type: ignore[attr-defined]
+
+
 # --- Exercise 4.4 ----------------------------------------------------------------------------
 
 
