@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import re
 from collections import Counter
 from itertools import pairwise
 
@@ -76,15 +77,31 @@ def bpe_encode(word, merges):
     return list(symbols)
 
 
-# --- the stored expected values are what the correct code computes -------------------------
+# --- the trusted references agree with the correct code; no expected value is stored ------
+
+# Hand-worked merges (symbols, pair) -> result: kept here, never in the check module.
+MERGE_CASES = [
+    (("l", "o", "w</w>"), ("l", "o"), ("lo", "w</w>")),
+    (("l", "o", "w</w>"), ("o", "w</w>"), ("l", "ow</w>")),
+    (("a", "a", "a"), ("a", "a"), ("aa", "a")),
+    (("a", "a", "a", "a"), ("a", "a"), ("aa", "aa")),
+    (("a", "a", "a", "a", "a</w>"), ("a", "a"), ("aa", "aa", "a</w>")),
+    (("a", "b", "a", "b", "c"), ("a", "b"), ("ab", "ab", "c")),
+    (("xa", "b", "c</w>"), ("a", "b"), ("xa", "b", "c</w>")),
+    (("a", "bc", "d</w>"), ("ab", "c"), ("a", "bc", "d</w>")),
+    (("ab", "c", "ab", "c</w>"), ("ab", "c"), ("abc", "ab", "c</w>")),
+    (("n", "e", "w</w>"), ("x", "y"), ("n", "e", "w</w>")),
+    (("q</w>",), ("q", "q"), ("q</w>",)),
+    ((), ("a", "b"), ()),
+]
 
 
-@pytest.mark.parametrize("case", check.BPE_CASES, ids=lambda c: c.what)
-def test_stored_counts_and_merges_are_right(case):
-    corpus = dict(Counter(spell(w) for w in case.text.split()))
-    assert check._freqs(case.text) == corpus
-    assert dict(count_pairs(corpus)) == {check._pair(p): n for p, n in case.counts.items()}
-    assert learn_with_counts(corpus, 12) == [(check._pair(p), n, t) for p, n, t in case.merges]
+@pytest.mark.parametrize("what", list(check.CORPORA))
+def test_references_agree_with_the_correct_code(what):
+    corpus = dict(Counter(spell(w) for w in check.CORPORA[what].split()))
+    assert check._freqs(check.CORPORA[what]) == corpus
+    assert check._count(corpus) == count_pairs(corpus)
+    assert check._steps(corpus, 12) == learn_with_counts(corpus, 12)
 
 
 def test_stored_encode_merges_are_learned_from_their_corpus():
@@ -92,14 +109,37 @@ def test_stored_encode_merges_are_learned_from_their_corpus():
     assert [pair for pair, _, _ in learn_with_counts(corpus, 25)] == check.ENCODE_MERGES[0]
 
 
-def test_merge_cases_agree_with_the_correct_merge():
-    for symbols, pair, expected in check.MERGE_CASES:
+def test_merge_reference_agrees_with_hand_worked_cases():
+    assert [(s, p) for s, p, _ in MERGE_CASES] == check.MERGE_INPUTS
+    for symbols, pair, expected in MERGE_CASES:
         assert merge_pair(symbols, pair) == expected
+        assert check._merge(symbols, pair) == expected
 
 
 def test_no_reference_implementation_in_the_check_module():
-    for name in ("_brute_force_pairs", "_merge", "_learn", "_best", "_paper_table"):
+    for name in ("_brute_force_pairs", "_paper_table", "BPE_CASES", "MERGE_CASES"):
         assert not hasattr(check, name)
+
+
+@pytest.mark.parametrize(
+    "name", ["count_pairs", "merge_pair", "learn_bpe", "bpe_encode", "token_embedding"]
+)
+def test_probe_computes_no_reference(name):
+    """In the student's process (probe) no expected value is computed: a spy sees none."""
+    import dataclasses
+
+    from course.check import probe
+    from course.spec import check as spec_check
+
+    def spy(*args, **kwargs):
+        raise AssertionError("a reference was computed in the student's process")
+
+    right = {"count_pairs": count_pairs, "merge_pair": merge_pair, "learn_bpe": make_learner(),
+             "bpe_encode": bpe_encode, "token_embedding": GoodEmbedding}[name]  # fmt: skip
+    spied = spec_check(dataclasses.replace(getattr(check, name).spec, reference=spy))
+    result, record = probe(spied, right)
+    assert result.status == PASSED, result.message
+    assert record
 
 
 # --- Exercise 1.1: count_pairs ------------------------------------------------------------
@@ -167,11 +207,11 @@ RIGHT_COUNT = [count_pairs, count_into_dict, count_with_index_loop]
 WRONG_COUNT = {
     "unweighted": (count_unweighted, "counted"),
     "overlap counted once": (count_once_per_word, "counted"),
-    "misses the last pair": (count_misses_last_pair, "counted"),
-    "wraps around": (count_wraps_around, "counted"),
-    "pairs of characters": (count_characters_of_joined_text, "counted"),
+    "misses the last pair": (count_misses_last_pair, "the stated result"),
+    "wraps around": (count_wraps_around, "the stated result"),
+    "pairs of characters": (count_characters_of_joined_text, "the stated result"),
     "clears its input (inputs untouched)": (count_mutates_input, "inputs untouched"),
-    "returns a list": (count_returns_list, "Counter"),
+    "returns a list": (count_returns_list, "the stated return type"),
 }
 
 
@@ -331,9 +371,8 @@ def learn_returns_lists(word_freqs, num_merges, progress=False):
 
 
 def random_tie_break(seed):
-    rng = random.Random(seed)
-
     def choose(pairs):
+        rng = random.Random(f"{seed} {sorted(pairs.items())}")  # arbitrary, the same per call
         top = max(pairs.values())
         return rng.choice([p for p, c in pairs.items() if c == top])
 
@@ -403,7 +442,7 @@ def test_learn_bpe_wrong_rejected(name):
 
 def test_learn_bpe_in_place_passed_the_old_check():
     """The old check handed the learner a copy of the corpus, so this mistake was invisible."""
-    corpus = check._freqs(check.BPE_CASES[0].text)
+    corpus = check._freqs(check.CORPORA["the toy corpus"])
     kept = dict(corpus)
     learn_in_place(corpus, 3)
     assert corpus != kept
@@ -460,7 +499,7 @@ def encode_consumes_merges(word, merges):
 
 
 WRONG_ENCODE = {
-    "returns a tuple": (lambda w, m: tuple(bpe_encode(w, m)), "list of pieces"),
+    "returns a tuple": (lambda w, m: tuple(bpe_encode(w, m)), "the stated return type"),
     "merges in reverse order": (lambda w, m: bpe_encode(w, list(reversed(m))), "expected"),
     "merges sorted": (lambda w, m: bpe_encode(w, sorted(m)), "expected"),
     "no end marker": (encode_without_end_marker, "expected"),
@@ -633,12 +672,12 @@ WRONG_EMBEDDING = {
     "padding hard-coded to 0": (PaddingHardcodedZero, "constructor arguments honoured"),
     "padding_idx or None (constructor arguments)": (
         PaddingZeroMeansNone,
-        "0 is a valid padding index",
+        "0 is a valid padding_idx",
     ),
     "default N(0, 1) init": (DefaultInit, "std"),
     "padding row overwritten by the init": (PaddingRowOverwritten, "padding row"),
     "padding row gets a gradient (gradients)": (PaddingGradientLeaks, "no gradient where"),
-    "one-hot times a linear layer": (OneHotLinear, "nn.Embedding"),
+    "one-hot times a linear layer": (OneHotLinear, "`embedding.weight`"),
     "ids moved to the CPU (device)": (IdsMovedToCpu, "device"),
     "always float32": (AlwaysFloat32, "dtype"),
 }
@@ -683,3 +722,165 @@ def test_course_nn_token_embedding_contract():
     assert out.shape == (2, 3, 6)
     assert (out[ids == 0] == 0).all()
     assert copy.deepcopy(module)(ids).shape == (2, 3, 6)
+
+
+# --- issue 30's families: wrong answers written after the conversion, right public code -------
+# Each wrong one breaks a sentence of its exercise's text; OLD_CHECK_PASSED names those the
+# checks before the conversion (course/checks/nb01.py at 7c6c524) let through.
+
+
+def count_numpy_counts(word_freqs):
+    """Counts summed as NumPy integers (the frequencies gathered into an array first)."""
+    import numpy as np
+
+    freqs, pairs = np.array(list(word_freqs.values())), Counter()
+    for symbols, freq in zip(word_freqs, freqs, strict=True):
+        for pair in pairwise(symbols):
+            pairs[pair] += freq
+    return pairs
+
+
+def merge_numpy_symbols(symbols, pair):
+    """Right merge, symbols carried as NumPy strings (np.str_ is not str)."""
+    import numpy as np
+
+    return tuple(np.array(merge_pair(symbols, pair), dtype=str))
+
+
+def encode_numpy_pieces(word, merges):
+    import numpy as np
+
+    return list(np.array(bpe_encode(word, merges)))
+
+
+def learn_without_progress(word_freqs, num_merges):
+    """The notebook calls learn_bpe(corpus, n, progress=True): no `progress` parameter."""
+    return make_learner()(word_freqs, num_merges)
+
+
+class LearnedScale(GoodEmbedding):
+    """A trainable scale the text does not name (starts at sqrt(d_model): same output)."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__(vocab_size, d_model, padding_idx)
+        self.gain = nn.Parameter(torch.tensor(math.sqrt(d_model)))
+
+    def forward(self, ids):
+        return self.embedding(ids) * self.gain
+
+
+class InitSkipsRowZero(GoodEmbedding):
+    """Re-initialises rows 1: only ("row 0 is padding"): row 0 keeps nn.Embedding's N(0, 1)."""
+
+    def init_table(self, padding_idx):
+        with torch.no_grad():
+            nn.init.normal_(self.embedding.weight[1:], std=self.d_model**-0.5)
+            if padding_idx is not None:
+                self.embedding.weight[padding_idx].zero_()
+
+
+class UniformInit(GoodEmbedding):
+    """Uniform with the right std: the text says normal."""
+
+    def init_table(self, padding_idx):
+        with torch.no_grad():
+            bound = math.sqrt(3 / self.d_model)
+            nn.init.uniform_(self.embedding.weight, -bound, bound)
+            if padding_idx is not None:
+                self.embedding.weight[padding_idx].zero_()
+
+
+class OneVectorForAllRows(GoodEmbedding):
+    """One random vector broadcast to every row (the vocabulary axis forgotten)."""
+
+    def init_table(self, padding_idx):
+        with torch.no_grad():
+            self.embedding.weight[:] = torch.randn(self.d_model) * self.d_model**-0.5
+            if padding_idx is not None:
+                self.embedding.weight[padding_idx].zero_()
+
+
+class ScaleAsTensor(GoodEmbedding):
+    """The scale as a 1-element tensor created on the CPU."""
+
+    def forward(self, ids):
+        return self.embedding(ids) * torch.tensor([math.sqrt(self.d_model)])
+
+
+FAMILY_WRONG = [  # (family, check, wrong, words the message must hold)
+    (1, "count_pairs", count_numpy_counts, "the stated return type"),
+    (1, "merge_pair", merge_numpy_symbols, "the stated return type"),
+    (1, "bpe_encode", encode_numpy_pieces, "the stated return type"),
+    (2, "token_embedding", ScaleAsTensor, "property violated: device"),
+    (3, "learn_bpe", learn_without_progress, "progress"),
+    (4, "token_embedding", LearnedScale, "parameters the text names"),
+    (4, "token_embedding", InitSkipsRowZero, "row by row"),
+    (5, "token_embedding", UniformInit, "kurtosis"),
+    (5, "token_embedding", OneVectorForAllRows, "the initial distribution"),
+]
+OLD_CHECK_PASSED = {learn_without_progress, LearnedScale, InitSkipsRowZero, UniformInit}
+
+
+@pytest.mark.parametrize(
+    "family, name, wrong, words", FAMILY_WRONG, ids=[w[2].__name__ for w in FAMILY_WRONG]
+)
+def test_family_wrong_rejected(family, name, wrong, words):
+    _rejected(getattr(check, name), wrong, words)
+
+
+def get_stats_sennrich(vocab):
+    """Sennrich et al. (2016), Algorithm 1's get_stats, glued: words are tuples here."""
+    import collections
+
+    pairs = collections.defaultdict(int)
+    for word, freq in vocab.items():
+        symbols = list(word)
+        for i in range(len(symbols) - 1):
+            pairs[symbols[i], symbols[i + 1]] += freq
+    return pairs
+
+
+def merge_sennrich(symbols, pair):
+    """Sennrich et al. (2016), Algorithm 1's merge_vocab on one word, glued."""
+    bigram = re.escape(" ".join(pair))
+    p = re.compile(r"(?<!\S)" + bigram + r"(?!\S)")
+    return tuple(p.sub("".join(pair), " ".join(symbols)).split())
+
+
+def encode_minbpe(word, merges):
+    """Karpathy's minbpe encode, glued (symbols for ids): merge the lowest-ranked pair first."""
+    ranks = {pair: i for i, pair in enumerate(merges)}
+    symbols = list(spell(word))
+    while len(symbols) >= 2:
+        pair = min(pairwise(symbols), key=lambda p: ranks.get(p, float("inf")))
+        if pair not in ranks:
+            break
+        symbols = list(merge_pair(tuple(symbols), pair))
+    return symbols
+
+
+class AnnotatedEmbeddings(nn.Module):
+    """The Annotated Transformer's Embeddings (lut * sqrt(d_model)), glued: the text's names and
+    initialisation."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx)
+        self.d_model = d_model
+        nn.init.normal_(self.embedding.weight, 0.0, d_model**-0.5)
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.embedding.weight[padding_idx].fill_(0)
+
+    def forward(self, x):
+        return self.embedding(x) * math.sqrt(self.d_model)
+
+
+FAMILY_RIGHT = [("count_pairs", get_stats_sennrich), ("merge_pair", merge_sennrich),
+                ("bpe_encode", encode_minbpe), ("token_embedding", AnnotatedEmbeddings)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, right", FAMILY_RIGHT, ids=[r[1].__name__ for r in FAMILY_RIGHT])
+def test_family_right_passes(name, right):
+    result = getattr(check, name)(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message

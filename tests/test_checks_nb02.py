@@ -694,3 +694,185 @@ def test_observe_gradients_of_a_detached_output_are_none():
     assert got["inputs"] == [None]
     got = observe_gradients("g(x)", lambda x: x * 2, [torch.ones(3)])
     assert got["inputs"][0].abs().sum() > 0
+
+
+# --- issue 30's families: wrong answers written after the conversion, right public code -------
+# Each wrong one breaks a sentence of its exercise's text; OLD_CHECK_PASSED names those the
+# checks before the conversion (course/checks/nb02.py at 7c6c524) let through.
+
+
+def padding_as_numpy(ids, pad_id):
+    return (ids != pad_id).unsqueeze(1).numpy()
+
+
+def attention_cpu_zeros_for_dead_rows(q, k, v, mask=None):
+    """Zeroes fully masked rows with a CPU tensor, only when there are any."""
+    scores = _masked_scores(q, k, mask)
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)
+    if dead.any():
+        weights = torch.where(dead, torch.zeros(weights.shape, dtype=weights.dtype), weights)
+    return weights @ v, weights
+
+
+def attention_mask_to_cpu(q, k, v, mask=None):
+    """Moves the mask to the CPU "to be safe"."""
+    return correct_attention(q, k, v, None if mask is None else mask.cpu())
+
+
+def padding_through_numpy(ids, pad_id):
+    return torch.from_numpy(ids.cpu().numpy() != pad_id).unsqueeze(1)
+
+
+def causal_keyword_only_device(length, *, device=None):
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril().unsqueeze(0)
+
+
+def attention_mask_required(q, k, v, mask):
+    return correct_attention(q, k, v, mask)
+
+
+def padding_renamed_argument(token_ids, pad_token_id):
+    return (token_ids != pad_token_id).unsqueeze(1)
+
+
+class RenamedDk(GoodSelfAttention):
+    def __init__(self, d_model, dk=None):
+        super().__init__(d_model, dk)
+
+
+class LearnedTemperature(GoodSelfAttention):
+    """A trainable temperature the text does not name (starts at 1: same output)."""
+
+    def __init__(self, d_model, d_k=None):
+        super().__init__(d_model, d_k)
+        self.temperature = nn.Parameter(torch.ones(()))
+
+    def forward(self, x, mask=None):
+        return super().forward(x * self.temperature, mask)
+
+
+def attention_in_place_dead_rows(q, k, v, mask=None):
+    """Zeroes fully masked rows in place in the softmax output: backward breaks, only on
+    batches that have such a row."""
+    scores = _masked_scores(q, k, mask)
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)
+    if dead.any():
+        weights.masked_fill_(dead, 0.0)
+    return weights @ v, weights
+
+
+class AttentionDropout(GoodSelfAttention):
+    """Dropout on the attention weights, which the text does not describe."""
+
+    def __init__(self, d_model, d_k=None):
+        super().__init__(d_model, d_k)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask=None):
+        out, weights = attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        weights = self.dropout(weights)
+        return self.w_o(weights @ self.w_v(x)), weights
+
+
+FAMILY_WRONG = [  # (family, check, wrong, words the message must hold)
+    (1, "make_padding_mask", padding_as_numpy, "the stated return type"),
+    (2, "scaled_dot_product_attention", attention_cpu_zeros_for_dead_rows, "violated: device"),
+    (2, "scaled_dot_product_attention", attention_mask_to_cpu, "violated: device"),
+    (2, "make_padding_mask", padding_through_numpy, "violated: device"),
+    (3, "make_causal_mask", causal_keyword_only_device, "positional argument"),
+    (3, "scaled_dot_product_attention", attention_mask_required, "mask"),
+    (3, "make_padding_mask", padding_renamed_argument, "pad_id"),
+    (3, "self_attention", RenamedDk, "d_k"),
+    (4, "self_attention", LearnedTemperature, "parameters the text names"),
+    (4, "scaled_dot_product_attention", attention_in_place_dead_rows, "inplace"),
+    (4, "self_attention", AttentionDropout, "training mode"),
+]
+OLD_CHECK_PASSED = {attention_cpu_zeros_for_dead_rows, attention_mask_to_cpu, padding_through_numpy,
+                    causal_keyword_only_device, attention_mask_required, padding_renamed_argument,
+                    RenamedDk, LearnedTemperature, attention_in_place_dead_rows}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "family, name, wrong, words", FAMILY_WRONG, ids=[w[2].__name__ for w in FAMILY_WRONG]
+)
+def test_family_wrong_rejected(family, name, wrong, words):
+    result = getattr(check, name)(wrong, raise_on_failure=False)
+    assert result.status == FAILED, f"{wrong} was accepted"
+    assert words in result.message, result.message
+
+
+def attention_nanogpt(q, k, v, mask=None):
+    """nanoGPT's CausalSelfAttention core, glued: any boolean or float mask, dead rows zero."""
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    if mask is not None:
+        att = att.masked_fill(mask == 0, float("-inf")) if mask.dtype == torch.bool else att + mask
+    att = torch.nn.functional.softmax(att, dim=-1).nan_to_num(0.0)
+    return att @ v, att
+
+
+def attention_hf_bert(q, k, v, mask=None):
+    """Hugging Face BERT's eager attention, glued: a boolean mask becomes the extended additive
+    mask (1 - mask) * finfo.min; rows with every key blocked are zeroed."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+    if mask is not None and mask.dtype == torch.bool:
+        dead = ~mask.any(dim=-1, keepdim=True)
+        mask = (1.0 - mask.to(q.dtype)) * torch.finfo(q.dtype).min
+    else:
+        dead = None if mask is None else torch.isneginf(mask).all(dim=-1, keepdim=True)
+    if mask is not None:
+        scores = scores + mask
+    probs = torch.nn.functional.softmax(scores, dim=-1).nan_to_num(0.0)
+    if dead is not None:
+        probs = probs.masked_fill(dead, 0.0)
+    return torch.matmul(probs, v), probs
+
+
+def causal_annotated(length, device=None):
+    """The Annotated Transformer's subsequent_mask, moved to the device asked for."""
+    attn_shape = (1, length, length)
+    subsequent_mask = torch.triu(torch.ones(attn_shape), diagonal=1).type(torch.uint8)
+    return (subsequent_mask == 0).to(device)
+
+
+def causal_nanogpt(length, device=None):
+    return torch.tril(torch.ones(length, length, device=device)).view(1, length, length).bool()
+
+
+def padding_hf(ids, pad_id):
+    return ids.ne(pad_id).long()[:, None, :].bool()
+
+
+class SelfAttentionD2l(nn.Module):
+    """d2l's DotProductAttention with bmm, in a module with the text's layer names."""
+
+    def __init__(self, d_model, d_k=None):
+        super().__init__()
+        d_k = d_model if d_k is None else d_k
+        self.w_q, self.w_k, self.w_v = (nn.Linear(d_model, d_k) for _ in range(3))
+        self.w_o = nn.Linear(d_k, d_model)
+
+    def forward(self, x, mask=None):
+        queries, keys, values = self.w_q(x), self.w_k(x), self.w_v(x)
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(queries.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.nn.functional.softmax(scores, dim=-1)
+        return self.w_o(torch.bmm(weights, values)), weights
+
+
+FAMILY_RIGHT = [
+    ("scaled_dot_product_attention", attention_nanogpt),
+    ("scaled_dot_product_attention", attention_hf_bert),
+    ("make_causal_mask", causal_annotated),
+    ("make_causal_mask", causal_nanogpt),
+    ("make_padding_mask", padding_hf),
+    ("self_attention", SelfAttentionD2l),
+]
+
+
+@pytest.mark.parametrize("name, right", FAMILY_RIGHT, ids=[r[1].__name__ for r in FAMILY_RIGHT])
+def test_family_right_passes(name, right):
+    result = getattr(check, name)(right, raise_on_failure=False)
+    assert result.status == PASSED, result.message
