@@ -118,6 +118,7 @@ class Foreign:
 
     type_name: str
     value: Any
+    base: str = ""  # the built-in type it is an instance of (numpy.float64 is a float)
 
     def __repr__(self) -> str:
         return f"<{self.type_name} {self.value!r}>"
@@ -136,6 +137,21 @@ def type_name(value: Any) -> str:
     return f"{kind.__module__.split('.')[0]}.{kind.__name__}"
 
 
+def to_student_plain(value: Any) -> Any:
+    """:func:`to_plain` for what the student's code returned: an object that is not data (an
+    estimator, a module, a generator) becomes ``Foreign(its type, None)``, so the check can say
+    what came back instead of failing itself."""
+    try:
+        return to_plain(value)
+    except NotPlainData:
+        if type(value) in (tuple, list):
+            items = [to_student_plain(v) for v in value]
+            return tuple(items) if isinstance(value, tuple) else items
+        if type(value) is dict:
+            return {to_plain(k): to_student_plain(v) for k, v in value.items()}
+        return Foreign(type_name(value), None)
+
+
 def to_plain(value: Any) -> Any:
     """``value`` as plain data: tensors detached and copied to the CPU, containers rebuilt.
 
@@ -145,7 +161,7 @@ def to_plain(value: Any) -> Any:
     :class:`NotPlainData` for anything else (a module, a function): a check must turn such
     objects into data (a state dict, an output) inside the observed call.
     """
-    if type(value) in _EXACT:
+    if type(value) in _EXACT or isinstance(value, Foreign):
         return value
     if isinstance(value, torch.Tensor):
         if value.device.type == "meta":
@@ -163,10 +179,11 @@ def to_plain(value: Any) -> Any:
             array = torch.from_numpy(np.ascontiguousarray(value)).clone()
             return Foreign(type_name(value), array)
         if isinstance(value, np.generic):
-            return Foreign(type_name(value), value.item())
-    if isinstance(value, bool | int | float | str):  # a subclass (an enum, numpy.float64)
+            base = next((t for t in (bool, int, float) if isinstance(value, t)), None)
+            return Foreign(type_name(value), value.item(), base.__name__ if base else "")
+    if isinstance(value, bool | int | float | str):  # a subclass (an enum)
         base = next(t for t in (bool, int, float, str) if isinstance(value, t))
-        return Foreign(type_name(value), base(value))
+        return Foreign(type_name(value), base(value), base.__name__)
     if type(value) in (tuple, list):
         items = [to_plain(v) for v in value]
         return tuple(items) if isinstance(value, tuple) else items
@@ -185,7 +202,7 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, Foreign):
-        return {"foreign": [value.type_name, _encode_tree(value.value, tensors)]}
+        return {"foreign": [value.type_name, _encode_tree(value.value, tensors), value.base]}
     if isinstance(value, torch.Tensor):
         key = str(len(tensors))
         tensors[key] = value
@@ -218,8 +235,9 @@ def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) ->
     ((tag, body),) = node.items()
     if tag == "float" and body in ("nan", "inf", "-inf"):
         return float(body)
-    if tag == "foreign" and isinstance(body, list) and len(body) == 2 and isinstance(body[0], str):
-        return Foreign(body[0][:200], _decode_tree(body[1], tensors, depth + 1))
+    if tag == "foreign" and isinstance(body, list) and len(body) == 3 and isinstance(body[0], str):
+        base = body[2] if body[2] in ("", "bool", "int", "float", "str") else ""
+        return Foreign(body[0][:200], _decode_tree(body[1], tensors, depth + 1), base)
     if tag == "tensor" and isinstance(body, str) and body in tensors:
         return tensors[body]
     if tag in ("list", "tuple", "set") and isinstance(body, list):

@@ -38,6 +38,7 @@ from course.observe import (
     generator,
     observe,
     to_plain,
+    to_student_plain,
 )
 
 __all__ = [
@@ -111,7 +112,7 @@ def call(
     )
 
     def run() -> dict[str, Any]:
-        result = function(*args, **kwargs)
+        result = to_student_plain(function(*args, **kwargs))
         after = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
         return {"result": result, "after": after}
 
@@ -359,6 +360,14 @@ def tolerance(dtype: torch.dtype, strict: bool | dict = False) -> dict[str, floa
     return {"atol": 1e-5, "rtol": 1e-4}
 
 
+def _is_float(value: Any) -> bool:
+    """A Python float as typing reads it: a float, a subclass of float (numpy.float64), or an
+    int (PEP 484's numeric tower), never a bool, a numpy.float32 or a tensor."""
+    if isinstance(value, Foreign):
+        return value.base in ("float", "int")
+    return type(value) in (float, int)
+
+
 def _leaf_type(value: Any) -> str:
     return "torch.Tensor" if isinstance(value, torch.Tensor) else type_name(value)
 
@@ -426,6 +435,8 @@ def expect_result(
         for name in expected:
             expect_result(got[name], expected[name], f"{what}[{name!r}]", hint, strict, values)
         return
+    if isinstance(expected, float) and _is_float(got):  # PEP 484: an int is a float too
+        got = float(got.value if isinstance(got, Foreign) else got)
     expect(
         _leaf_type(got) == _leaf_type(expected),
         f"{what} returned a {_leaf_type(got)}, but the exercise text says a "
@@ -684,7 +695,8 @@ def meaning(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., 
 
     def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
         try:
-            expect_result(pick(got), pick(expected), f"{label} on {case.what}", case.hint)
+            what = f"{label} on {case.what}"
+            expect_result(pick(got), pick(expected), what, case.hint, case.strict)
         except CheckFailure as failure:
             raise CheckFailure(
                 f"{failure.message} (the property violated: {text})", failure.hint
@@ -1659,6 +1671,33 @@ def device_argument(name: str, first: Callable[[Any], tuple], hint: str) -> dict
 
 
 # --- properties first declared by notebook 07 ---
+
+
+# --- properties first declared by notebook 08 ---
+
+
+def choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callable[..., None]:
+    """A judge for a chosen number: a wrong answer that another rule gives is named with that
+    rule (``mistakes``: answer -> the sentence of the text it breaks), on the case built to
+    separate the rules (the one whose candidates are ``rule_candidates``) or, for 1.0 missed by
+    one step, where the default candidates are used."""
+
+    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
+        if not isinstance(got, float) or abs(got - expected) < 1e-6:
+            return
+        candidates = case.inputs.get("candidates")
+        reason = None
+        if candidates == rule_candidates or (candidates is None and expected == 1.0):
+            reason = next((text for v, text in mistakes.items() if abs(got - v) < 1e-6), None)
+        expect(
+            reason is None,
+            f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
+            "violated: the rule of the exercise).",
+            "Use only the validation logits and labels you are given; keep the largest candidate "
+            "within `max_drop` of the accuracy without threshold.",
+        )
+
+    return judge
 
 
 # --- properties first declared by notebook 09 ---

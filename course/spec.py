@@ -108,9 +108,10 @@ class Spec:
     cases: Callable[[], Sequence[Case]]
     hint: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
-    forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
+    forms: tuple[str, ...] = (POSITIONAL,)  # add KEYWORD / DEFAULTS where the course calls so
     keyword_only: tuple[str, ...] = ()  # parameters always passed by name (``**filter_args``)
     mutable: tuple[str, ...] = ()  # arguments the text allows the code to change in place
+    device: bool = True  # the text says the result lives on the inputs' device
     random: str = NONE
     gradients: tuple[str, ...] = ()
     properties: tuple[Property, ...] = ()
@@ -147,8 +148,8 @@ class ModuleSpec:
     hint: str | None = None
     init_defaults: Mapping[str, Any] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
-    forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
-    init_forms: tuple[str, ...] = (POSITIONAL, KEYWORD)
+    forms: tuple[str, ...] = (POSITIONAL,)  # add KEYWORD / DEFAULTS where the course calls so
+    init_forms: tuple[str, ...] = (POSITIONAL,)
     gradients: tuple[str, ...] = ()
     properties: tuple[Property, ...] = ()
     output: Callable[[Any], Any] = lambda result: result  # the tensor gradients flow from
@@ -253,7 +254,7 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
         if spec.random not in (NONE, GLOBAL):
             _reproducible(spec, student, case)
-    for case in (c for c in cases if c.device):
+    for case in (c for c in cases if c.device and spec.device):
         args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, spec.forms[0], only)
         what = f"{spec.name}({shown}) on {case.what}, on another device"
         observed = prop.on_device(what, student, args, kwargs)
@@ -277,7 +278,13 @@ def _judge_case(
     def call_for(item: Property) -> Callable[[Mapping[str, Any]], Any]:
         what = f"{spec.name} on {case.what}, for the property: {item.name}"
         free = spec.mutable if isinstance(spec, Spec) else ()
-        return lambda inputs: _call(what, student, (), dict(inputs), params, random, free)
+        defaults = spec.defaults
+
+        def call(inputs: Mapping[str, Any]) -> Any:
+            args, kwargs, _ = arrange(params, defaults, inputs, spec.forms[0], _only(spec))
+            return _call(what, student, args, kwargs, params, random, free)
+
+        return call
 
     observed = [
         (item, item.observe(student, case, call_for(item)) if item.observe else None)
@@ -296,6 +303,10 @@ def _judge_case(
     if expected is not None and case.compare:
         for what, got in results:
             prop.expect_result(got, expected, what, hint, case.strict)
+
+
+def _only(spec: Spec | ModuleSpec) -> tuple[str, ...]:
+    return spec.keyword_only if isinstance(spec, Spec) else ()
 
 
 def _first_tensor(result: Any) -> Any:
@@ -320,7 +331,9 @@ def _gradients(
     what = f"gradients of {spec.name} on {case.what}"
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        return pick(forward(**dict(zip(names, tensors, strict=True)), **others))
+        full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
+        args, kwargs, _ = arrange(spec.params, spec.defaults, full, spec.forms[0], _only(spec))
+        return pick(forward(*args, **kwargs))
 
     inputs = [case.inputs[n] for n in names]
     got = prop.observe_gradients(what, run, inputs, parameters)
@@ -341,7 +354,7 @@ def _reproducible(spec: Spec, student: Callable[..., Any], case: Case) -> None:
         inputs = dict(case.inputs)
         inputs[name] = torch.Generator().manual_seed(1234)
         args, kwargs, shown = arrange(
-            spec.params, spec.defaults, inputs, KEYWORD, spec.keyword_only
+            spec.params, spec.defaults, inputs, spec.forms[0], spec.keyword_only
         )
         what = f"{spec.name}({shown}) on {case.what}, generator seeded 1234 (call {attempt + 1})"
         results.append((what, _call(what, student, args, kwargs, spec.params, False)))
@@ -487,7 +500,9 @@ def _module_gradients(
     inputs = [case.inputs[n] for n in names]
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        return spec.output(module(**dict(zip(names, tensors, strict=True)), **others))
+        full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
+        args, kwargs, _ = arrange(spec.forward, spec.defaults, full, spec.forms[0])
+        return spec.output(module(*args, **kwargs))
 
     got = prop.observe_gradients(what, run, inputs, lambda: _fresh_parameters(module))
     if judging():
@@ -509,7 +524,7 @@ def check(spec: Spec | ModuleSpec) -> Callable[..., Any]:
     """The check cell's function for ``spec``: ``check.name(student_object)``."""
     runner = run_module if isinstance(spec, ModuleSpec) else run_function
 
-    def body(student: Any) -> None:
+    def body(student: Any, *context: Any) -> None:  # context: what a check cell passes along
         runner(spec, student)
 
     body.__name__ = spec.name

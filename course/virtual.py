@@ -30,7 +30,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 VIRTUAL = torch.device("meta")
 _DEVICE_GETTER = torch.Tensor.device
 _INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
-_MOVES = {"to", "cpu", "cuda", "type"}
+_MOVES = {"to", "cpu", "cuda", "type", "type_as"}
 
 
 class DeviceMixed(RuntimeError):
@@ -105,8 +105,10 @@ class VirtualDevice(TorchFunctionMode):
         target = False
         if "device" in kwargs:
             kwargs["device"], target = _swap_device(kwargs["device"])
-        if tagged and name not in _INDEXING:
-            strays = [t for t in inputs if t.dim() > 0 and not self.on_device(t)]
+        if tagged:
+            # a GPU takes CPU index tensors in x[index] (and x[index] = v), never CPU values
+            checked = inputs if name not in _INDEXING else _indexed_values(name, args, kwargs)
+            strays = [t for t in checked if t.dim() > 0 and not self.on_device(t)]
             if strays:
                 raise DeviceMixed(
                     "Expected all tensors to be on the same device, but found at least two "
@@ -123,6 +125,9 @@ class VirtualDevice(TorchFunctionMode):
         rest = list(args[1:])
         if name == "cpu":
             to_virtual = False
+        elif name == "type_as":  # .type(other.type()): other's device and dtype
+            to_virtual, rest = self.on_device(rest[0]), [rest[0].dtype]
+            func = torch.Tensor.to
         elif name == "cuda":
             return func(*args, **kwargs)  # as on a machine without that device
         else:
@@ -145,6 +150,15 @@ class VirtualDevice(TorchFunctionMode):
         if to_virtual:
             self.tag(result)
         return result
+
+
+def _indexed_values(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors of an indexing call that must share the indexed tensor's device: the
+    indexed tensor and the values written, not the indices."""
+    if name == "__getitem__":
+        return [args[0]] if isinstance(args[0], torch.Tensor) else []
+    values = args[2] if len(args) > 2 else kwargs.get("values", kwargs.get("value"))
+    return [t for t in (args[0], values) if isinstance(t, torch.Tensor)]
 
 
 def run_on_virtual(

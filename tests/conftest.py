@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("COURSE_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -17,6 +18,11 @@ os.environ["COURSE_CHECK_REPLAY_EVERYWHERE"] = "1"
 # Example student submissions (one deliberately not a notebook): data for the grading tests,
 # never tests themselves, even when nbval collects notebooks (`make check`).
 collect_ignore_glob = ["fixtures/*"]
+
+# The checks compute on tensors of a few hundred numbers: there, extra threads only cost (a
+# helper measured a stack check at 2-4 s with one thread and about 60 s with the default under
+# a load of 14 on this 2-core machine). Notebooks run in their own kernels, untouched.
+torch.set_num_threads(1)
 
 
 @pytest.fixture

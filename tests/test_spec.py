@@ -106,7 +106,6 @@ MEAN = check(
 
 TYPE_CASES = {
     "numpy float": (lambda values: np.float32(np.mean(values)), "numpy.float32"),
-    "numpy float64 (a float subclass)": (lambda values: np.mean(values), "numpy.float64"),
     "a 0-dim tensor": (
         lambda values: torch.tensor(values, dtype=torch.float).mean(),
         "torch.Tensor",
@@ -115,7 +114,7 @@ TYPE_CASES = {
         lambda values: torch.tensor(values, dtype=torch.float).mean().reshape(1),
         "torch.Tensor",
     ),
-    "an int division": (lambda values: sum(values) // len(values), "int"),
+    "a bool": (lambda values: bool(values), "bool"),
 }
 
 
@@ -130,6 +129,9 @@ def test_wrong_return_types_are_named(name: str) -> None:
 def test_right_float_passes() -> None:
     assert MEAN(_mean, raise_on_failure=False).passed
     assert MEAN(lambda values: float(np.mean(values)), raise_on_failure=False).passed
+    # numpy.float64 is a subclass of float; an int is a float in typing's numeric tower
+    assert MEAN(lambda values: np.mean(values), raise_on_failure=False).passed
+    assert MEAN(lambda values: 3 if values == [3] else _mean(values), raise_on_failure=False).passed
 
 
 # --- family 2: the device property decides (values are real on the second device) -----------
