@@ -344,7 +344,10 @@ def run(
     sandbox.kill_uid(choice)
     result = Run(records, seconds=time.time() - start)
     result.stderr = _tail(scratch / "stderr.txt")
-    result.end = "crash" if runner.returncode < 0 else "dead"  # until the log says otherwise
+    # Its parent killed: a signal here, or bwrap's 128 + N for the child it ran (the parent
+    # passes on the student's own death as 256 - N, which stays "dead").
+    killed = runner.returncode < 0 or (choice.isolated and 128 < runner.returncode <= 192)
+    result.end = "crash" if killed else "dead"  # until the log says otherwise
     for row in _jsonl(log):
         if isinstance(row.get("cell"), int):
             result.cells[row["cell"]] = row
