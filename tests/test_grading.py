@@ -579,6 +579,17 @@ def test_solutions_score_every_exercise():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["02_attention.ipynb", "04_positional_encoding.ipynb"])
+def test_honest_colab_answers_without_their_imports_pass_every_exercise(name, tmp_path):
+    # Issue 31: such a 02 scored 0 on every exercise ("your answer imports from course.checks").
+    path = tmp_path / name
+    path.write_text(json.dumps(colab_without_imports(name)))
+    results = grading.grade_file(ROOT / "notebooks" / name, path)
+    assert [(r.exercise, r.status, r.message[:300]) for r in results if not r.passed] == []
+    assert not [f for r in results for f in r.flags if "import" in f]  # nobody accused
+
+
+@pytest.mark.slow
 def test_blank_notebooks_score_zero_not_implemented():
     results = _grade_folder(ROOT / "notebooks")
     assert {r.status for r in results} == {grading.NOT_IMPLEMENTED}, [
