@@ -1726,7 +1726,8 @@ def kept_set(case: Any, got: torch.Tensor, expected: Any, observed: Any) -> None
     -inf and every kept one is logit / temperature."""
     logits = case.inputs["logits"]
     filters = {k: v for k, v in case.inputs.items() if k != "logits"}
-    what = f"filter_logits on {case.what}"
+    shown = "".join(f", {k}={v}" for k, v in filters.items())
+    what = f"filter_logits(logits{shown}) on {case.what}"
     expect(
         tuple(got.shape) == tuple(logits.shape),
         f"{what} has shape {tuple(got.shape)}, expected the input's {tuple(logits.shape)}.",

@@ -310,7 +310,7 @@ FILTER_WRONG = {
     "top-p drops the token that crosses p": (_drops_crossing, "the kept mass reaches p"),
     "top-k keeps exactly k despite ties": (_exactly_k, "ties"),
     "top_k larger than the vocabulary crashes": (_k_crash, "top_k=15"),
-    "temperature after filtering": (_temperature_last, "temperature 0.7"),
+    "temperature after filtering": (_temperature_last, "temperature=0.7"),
     "top-p on the distribution before top-k": (_p_on_everything, "top_p"),
     "p = 1 decided by float32 rounding": (_float32_p_one, "top_p=1.0"),
     "logits changed in place (inputs untouched)": (_in_place_filter, "inputs untouched"),
