@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import re
+import secrets
 import stat
 import subprocess
 import sys
@@ -73,9 +74,9 @@ def _threads(jobs: int) -> int:
 
 def _grade_one(call: tuple) -> list[ExerciseResult]:
     """One notebook of one hand-in (a worker's job): ``(template, path, timeout, memory, threads)``."""
-    template, path, timeout_s, memory_gb, threads = call
+    template, path, timeout_s, memory_gb, threads, seed = call
     return grading.grade_file(
-        template, path, timeout_s=timeout_s, memory_gb=memory_gb, threads=threads
+        template, path, timeout_s=timeout_s, memory_gb=memory_gb, threads=threads, seed=seed
     )
 
 
@@ -316,6 +317,7 @@ def _plan(
     timeout_s: float,
     memory_gb: float,
     threads: int,
+    seed: int = 0,
 ) -> list[tuple | list[ExerciseResult]]:
     """Per template: a call for the engine (the chosen file written to ``scratch``), or the
     rows already known (nothing found in a hand-in that had problems)."""
@@ -336,7 +338,7 @@ def _plan(
             path = scratch / _safe(handin.student) / template.stem / template.name
             path.parent.mkdir(parents=True)
             path.write_bytes(chosen.data)
-        plan.append((template, path, timeout_s, memory_gb, threads))
+        plan.append((template, path, timeout_s, memory_gb, threads, seed))
     return plan
 
 
@@ -363,6 +365,21 @@ def _private_templates(templates: list[Path], folder: Path) -> list[Path]:
     return copies
 
 
+SEED_ENV = "COURSE_GRADING_SEED"
+
+
+def _run_seed(seed: int | None) -> int:
+    """The run's seed: given, else ``COURSE_GRADING_SEED``, else drawn; printed, so that a run
+    can be repeated exactly."""
+    if seed is None:
+        fixed = os.environ.get(SEED_ENV, "").strip()
+        seed = int(fixed) if fixed.isdigit() else secrets.randbelow(2**31)
+    print(
+        f"The checks' inputs of this run are drawn with seed {seed} ({SEED_ENV}={seed} repeats them)."
+    )
+    return seed
+
+
 def grade_handins(
     everyone: list[handins.Handin],
     templates: list[Path],
@@ -370,14 +387,20 @@ def grade_handins(
     timeout_s: float = grading.DEFAULT_TIMEOUT_S,
     memory_gb: float = grading.DEFAULT_MEMORY_GB,
     log: Callable[[Graded], None] = lambda _: None,
+    seed: int | None = None,
 ) -> list[Graded]:
     """Grade the chosen file of every template of every hand-in: the one path of ``progress``
-    (one hand-in) and ``grade`` (a class). ``jobs`` notebooks at a time, each in a worker."""
+    (one hand-in) and ``grade`` (a class). ``jobs`` notebooks at a time, each in a worker.
+
+    The checks' inputs are drawn from ``seed``, drawn afresh for every run unless given (or set
+    in ``COURSE_GRADING_SEED``): answers computed beforehand for known inputs are worth nothing.
+    Every hand-in of a run gets the same inputs."""
+    seed = _run_seed(seed)
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="course-handin-") as scratch:
         templates = _private_templates(templates, Path(scratch) / "templates")
         plans = [
-            _plan(h, templates, Path(scratch), timeout_s, memory_gb, _threads(jobs))
+            _plan(h, templates, Path(scratch), timeout_s, memory_gb, _threads(jobs), seed)
             for h in everyone
         ]
         calls = [

@@ -107,7 +107,7 @@ def fake_engine(monkeypatch):
     """grade_file stand-in: passed where the file says PASS, else not implemented."""
     calls = []
 
-    def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1):
+    def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1, seed=0):
         calls.append((Path(template).name, submission, timeout_s))
         notebook = nbformat.read(template, as_version=4)
         if submission is None:
@@ -258,7 +258,7 @@ def test_one_rule_gives_the_feedback_grades_csv_and_results_json_the_same_points
 ):
     # Issue 31: points were computed twice (classroom and results.json), and a flagged pass read
     # as a plain "passed". Now course.grading.points.decide is the one rule all three follow.
-    def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1):
+    def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1, seed=0):
         notebook = nbformat.read(template, as_version=4)
         if submission is None:
             return grading.unreadable(notebook, Path(template).name, MISSING, "not submitted")
