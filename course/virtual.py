@@ -157,6 +157,8 @@ def _indexed_values(name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     indexed tensor and the values written, not the indices."""
     if name == "__getitem__":
         return [args[0]] if isinstance(args[0], torch.Tensor) else []
+    if name == "__setitem__" and not list(_walk(args[1])):
+        return []  # x[0, :n] = v is a copy, which crosses devices
     values = args[2] if len(args) > 2 else kwargs.get("values", kwargs.get("value"))
     return [t for t in (args[0], values) if isinstance(t, torch.Tensor)]
 

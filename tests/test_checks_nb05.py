@@ -840,7 +840,7 @@ def annotated_greedy(model, src_ids, max_new_tokens, bos_id=1, eos_id=2, pad_id=
                 break
         rows.append(ys[0])
     width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long, device=src_ids.device)
     for b, row in enumerate(rows):
         out[b, : len(row)] = row
     return out
@@ -1079,17 +1079,9 @@ def test_each_property_catches_its_family(name, wrong, words):
     assert words in result.message, result.report()
 
 
-# course/virtual.py refuses `t.type_as(other)` as a device mix, although on a GPU it moves t to
-# other's device (/work/brief/requests.md): the Annotated Transformer's loop fails until then.
-TYPE_AS = pytest.mark.xfail(strict=True, reason="virtual device: type_as (requests.md)")
-
-
 @pytest.mark.parametrize(
     ("name", "variant"),
-    [
-        pytest.param(n, v, id=f"{n}-{v.__name__}", marks=[TYPE_AS] if v is annotated_greedy else [])
-        for n, v in RIGHT
-    ],
+    [pytest.param(n, v, id=f"{n}-{v.__name__}", marks=[]) for n, v in RIGHT],
 )
 def test_right_variant_passes(name, variant):
     result = CASES[name][0](variant, raise_on_failure=False)
