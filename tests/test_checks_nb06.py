@@ -706,14 +706,7 @@ MASKING_FAMILY_WRONG = {
     "labels_int32": _labels_int32,
     "numpy_arrays": _numpy_result,
     # 2. the device property decides (code that reads values, NumPy on the way)
-    "row_loop_random_ids_on_the_cpu": pytest.param(
-        _row_loop_random_ids_on_cpu,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="course/virtual.py exempts x[index] = value from the mixing test, also a CPU "
-            "value of 1+ dims, which a GPU refuses (requested in /work/brief/requests.md)",
-        ),
-    ),
+    "row_loop_random_ids_on_the_cpu": _row_loop_random_ids_on_cpu,
     "drawn_in_numpy": _through_numpy,
     # 3. called as the course calls it (the default left out)
     "default_mlm_probability_0.2": _default_probability_0_2,
@@ -765,7 +758,7 @@ def test_mask_tokens_family_right():
 def _step_loss_numpy(model, batch, optimizer, scheduler, max_grad_norm=1.0):
     import numpy as np
 
-    return np.float64(train_step_factory()(model, batch, optimizer, scheduler, max_grad_norm))
+    return np.float32(train_step_factory()(model, batch, optimizer, scheduler, max_grad_norm))
 
 
 def _step_loss_shape_1(model, batch, optimizer, scheduler, max_grad_norm=1.0):
@@ -808,7 +801,7 @@ def _step_extra_weight_decay(model, batch, optimizer, scheduler, max_grad_norm=1
 
 
 STEP_FAMILY_WRONG = {
-    "1_loss_as_numpy_float64": _step_loss_numpy,
+    "1_loss_as_numpy_float32": _step_loss_numpy,
     "1_loss_tensor_of_shape_1": _step_loss_shape_1,
     "2_labels_left_where_they_came_from": _step_moves_all_but_labels,
     "3_default_max_grad_norm_5": _step_default_5,
@@ -850,7 +843,7 @@ def _evaluate_returns(convert):
 
 
 def _evaluate_numpy_mean(model, loader, device):
-    """Concatenates correctness flags and returns their NumPy mean (a numpy.float64)."""
+    """Concatenates correctness flags and returns their NumPy mean (a numpy.float32)."""
     import numpy as np
 
     model.eval()
@@ -861,7 +854,7 @@ def _evaluate_numpy_mean(model, loader, device):
             labels = batch.pop("labels")
             keep = labels != -100
             flags.append((model(**batch).logits.argmax(-1) == labels)[keep].cpu().numpy())
-    return np.concatenate(flags).mean()
+    return np.concatenate(flags).astype(np.float32).mean()
 
 
 def _evaluate_moves_inputs_only(model, loader, device):
@@ -879,7 +872,7 @@ def _evaluate_moves_inputs_only(model, loader, device):
 
 EVALUATE_FAMILY_WRONG = {
     "1_zero_dim_tensor": _evaluate_returns(lambda a: torch.tensor(a)),
-    "1_numpy_float64_mean": _evaluate_numpy_mean,
+    "1_numpy_float32_mean": _evaluate_numpy_mean,
     "2_labels_compared_where_they_came_from": _evaluate_moves_inputs_only,
 }
 

@@ -20,9 +20,8 @@ import transformers  # noqa: F401 - the tokenizer's library, imported before any
 
 from course import models
 from course import properties as prop
-from course.check import exercise_check
 from course.properties import generator
-from course.spec import Case, Property, Spec, run_function
+from course.spec import Case, Property, Spec, check
 
 IGNORE_INDEX = -100  # the label PyTorch's cross-entropy skips
 NUM_TAGS = 17  # UPOS
@@ -220,18 +219,5 @@ word_predictions_spec = Spec(
 )
 
 
-def _check(spec: Spec) -> Any:
-    """``course.spec.check`` for a check cell that also passes the notebook's tokenizer, which
-    the check never uses (it encodes with its own)."""
-
-    def body(student: Any, tokenizer: Any = None) -> None:
-        run_function(spec, student)
-
-    body.__name__ = spec.name
-    checked = exercise_check(spec.exercise, spec.title, hint=spec.hint, seed=spec.seed)(body)
-    checked.spec = spec  # type: ignore[attr-defined]
-    return checked
-
-
-align_labels = _check(align_labels_spec)
-word_predictions = _check(word_predictions_spec)
+align_labels = check(align_labels_spec)  # the notebook's tokenizer, passed along, is not used
+word_predictions = check(word_predictions_spec)
