@@ -59,6 +59,36 @@ def test_worked_example_rejects_a_wrong_answer_in_the_replay() -> None:
     assert "differs from the reference" in verdict.message
 
 
+def _worked_examples() -> dict[str, str]:
+    """The worked example as CONTRIBUTING.md's "Checks" and course/spec.py's docstring show it."""
+    import re
+    import textwrap
+    from pathlib import Path
+
+    import course.spec
+
+    root = Path(__file__).resolve().parents[1]
+    contributing = (root / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = contributing.split("## Checks", 1)[1].split("\n## ", 1)[0]
+    docstring = course.spec.__doc__ or ""
+    return {
+        "CONTRIBUTING.md": re.search(r"```python\n(.*?)```", section, re.S).group(1),
+        "course/spec.py": textwrap.dedent(docstring.split("::", 1)[1].split("\n\n", 2)[1]),
+    }
+
+
+@pytest.mark.parametrize("where", ["CONTRIBUTING.md", "course/spec.py"])
+def test_the_documented_worked_example_runs_through_probe_and_replay(where: str) -> None:
+    """Copied as written, the example grades a right answer as passed and a wrong one as
+    failed through the probe (the student's process) and the replay (the grader's)."""
+    namespace = {"torch": torch, "Case": Case, "Spec": Spec, "check": check, "generator": generator}
+    exec(_worked_examples()[where], namespace)  # noqa: S102 - the documentation's own code
+    documented = namespace["softmax"]
+    assert replay(documented, probe(documented, right_softmax)[1]).passed
+    wrong = replay(documented, probe(documented, lambda x, dim=-1: x.exp())[1])
+    assert wrong.status == "failed"
+
+
 def test_the_probe_computes_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """In the student's process the reference is never called and no comparison runs: a spy
     on the comparison helpers (as student code could install) sees nothing."""
