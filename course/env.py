@@ -99,6 +99,18 @@ def precision(device: torch.device) -> str:
     return "bf16 autocast" if autocast_dtype(device) is not None else "float32"
 
 
+def runtime_precision(device: torch.device) -> str:
+    """The precision field of the setup line: float32, and bf16 only inside :func:`autocast`.
+
+    Code runs in float32 unless it is inside ``env.autocast`` (the shared ``fit`` loop of
+    notebooks 06-08, 09's training loop); a notebook that never enters it (00-05) trains in
+    float32 on every machine, so the line must not say "bf16" without saying where.
+    """
+    if autocast_dtype(device) is None:
+        return "float32"
+    return "float32, bf16 autocast inside env.autocast"
+
+
 @contextlib.contextmanager
 def autocast(device: torch.device) -> Iterator[None]:
     """bf16 autocast where :func:`autocast_dtype` says it helps; a no-op elsewhere."""
@@ -121,7 +133,7 @@ def describe_runtime(device: torch.device) -> str:
     where = "Colab" if in_colab() else platform.system()
     return (
         f"Python {platform.python_version()} | torch {torch.__version__} | "
-        f"device {device.type} ({hardware}) | precision {precision(device)} | {where}"
+        f"device {device.type} ({hardware}) | precision {runtime_precision(device)} | {where}"
     )
 
 

@@ -86,6 +86,8 @@ def test_both_precision_paths(native, expected, monkeypatch):
     cpu = torch.device("cpu")
     assert env.precision(cpu) == expected
     assert expected in env.describe_runtime(cpu)
+    # the setup line says float32 first: code outside env.autocast (notebooks 00-05) runs in it
+    assert "| precision float32" in env.describe_runtime(cpu)
     layer = torch.nn.Linear(4, 4)
     with env.autocast(cpu):
         out = layer(torch.randn(2, 4))
