@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 
 from course.contract import ANSWER_PLACEHOLDER, STUB
+from course.grading.cells import cell_code, cell_names
 
 CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
 CHECKS_IMPORT = re.compile(r"from course\.checks import (nb\d\d) as check")
@@ -45,16 +46,6 @@ class CheckCall:
     cell: int  # index of the check cell in the template (and in the graded notebook's order)
     positional: int  # how many positional arguments the template passes
     keywords: tuple[str, ...]  # the keyword names the template passes
-
-
-def cell_code(source: str) -> str:
-    """A code cell as plain Python (IPython magics and ``!`` lines turned into calls)."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    try:
-        return TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001 - a broken cell is analysed as written
-        return source
 
 
 def check_names(cell: nbformat.NotebookNode) -> list[str]:
@@ -162,8 +153,6 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 
 def defined_names(source: str) -> set[str]:
     """Top-level names a code cell defines (``def``, ``class``, assignment, import)."""
-    from course.grading.selection import cell_names
-
     return cell_names(source)[0]
 
 

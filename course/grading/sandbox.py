@@ -83,11 +83,10 @@ def _setpriv(uid: int) -> list[str]:
 def readable_roots() -> list[Path]:
     """What the student's interpreter needs read-only: the Python installation and the venv,
     ``/usr`` and the prepared data and model files (never the grader's checkout as such)."""
-    from course.grading.kernel import ROOT
-
     roots = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
     roots.add(Path("/usr"))
-    data = Path(os.environ.get("COURSE_DATA_DIR") or ROOT / "data").resolve()
+    root = Path(__file__).resolve().parents[2]  # the checkout (kernel.ROOT), without a circle
+    data = Path(os.environ.get("COURSE_DATA_DIR") or root / "data").resolve()
     roots.add(data)
     mirror = os.environ.get("COURSE_DATA_MIRROR", "").strip()
     if mirror:
@@ -96,7 +95,7 @@ def readable_roots() -> list[Path]:
     if hub is not None:
         roots.add(hub)
     # Never the checkout itself: a venv inside it is bound alone, not its parent.
-    return sorted(r for r in roots if r.exists() and r != ROOT.resolve())
+    return sorted(r for r in roots if r.exists() and r != root)
 
 
 def hf_home() -> Path | None:
