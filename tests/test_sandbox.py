@@ -27,7 +27,7 @@ LATE_S = 2  # the detached process writes its mark after this long, if it still 
 
 PROBE = """
 import json, os, socket, subprocess, sys
-seen = {"uid": os.getuid(), "euid": os.geteuid()}
+seen = {"uid": os.getuid(), "euid": os.geteuid(), "secret": os.environ.get("GRADER_API_TOKEN")}
 
 def can_write(path):
     try:
@@ -92,7 +92,11 @@ def seen(tmp_path_factory):
         cell = nbformat.v4.new_code_cell(source + PROBE)
         cell.metadata["course_index"] = 0
         notebook = nbformat.v4.new_notebook(cells=[cell])
-        run = kernel.run(notebook, scratch, "probe.ipynb", budget_s=120, default_timeout_s=60)
+        os.environ["GRADER_API_TOKEN"] = "s3cret"  # the grader's own secret
+        try:
+            run = kernel.run(notebook, scratch, "probe.ipynb", budget_s=120, default_timeout_s=60)
+        finally:
+            os.environ.pop("GRADER_API_TOKEN")
         assert run.end == "complete", run.stderr
         data = json.loads((scratch / "records" / "seen.json").read_text())
         time.sleep(LATE_S + 1.5)  # the detached process would have written by now
@@ -122,6 +126,10 @@ def test_its_notebook_is_read_only_and_its_records_and_tmp_are_writable(seen):
 @pytest.mark.parametrize("what", ["classmate", "templates", "checkout", "solutions", "grader tmp"])
 def test_the_grader_side_is_invisible(seen, what):
     assert seen[f"see {what}"] is False, seen
+
+
+def test_the_graders_secrets_stay_out_of_its_environment(seen):
+    assert seen["secret"] is None
 
 
 def test_no_network(seen):

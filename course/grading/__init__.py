@@ -11,6 +11,10 @@ The verdict is reached where student code never runs. One job per module:
 * :mod:`~course.grading.kernel`      the student's process: a private copy of the course, limits,
   a time limit per cell, a hard deadline, every process killed at the end, the grader's own
   course tree hashed and restored;
+* :mod:`~course.grading.sandbox`     the operating-system boundary around it (bubblewrap, an
+  unprivileged uid when the grader is root), or the one line saying there is none;
+* :mod:`~course.grading.output`      OUT written once, atomically, never through a link, with a
+  manifest of digests (``python -m course.classroom verify OUT``);
 * :mod:`~course.grading.verdict`     the trusted side: checks imported before any student process,
   each record replayed by the trusted check, honest rows for what is missing, forbidden imports
   scored 0, ``results.json``;

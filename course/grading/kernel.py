@@ -11,10 +11,14 @@ process, which runs the cells in an IPython shell (:func:`_execute`: magics work
 kernel, no ports, about a second to start). Both get an address-space limit (``RLIMIT_AS``),
 offline environment variables, a time limit *per cell* (the cell is interrupted and the next
 one runs: an infinite loop costs its own exercise and those that call it) and a hard deadline
-for the whole notebook. Every process they start carries a random token in its environment;
-when the parent ends, or the deadline passes, the grader kills every process carrying it. What
-the student's process logs (which cells failed, timed out) only explains a missing record; it
-never makes a pass.
+for the whole notebook. Both run inside the operating-system boundary of
+:mod:`~course.grading.sandbox` (bubblewrap: only the scratch folder writable, no network, a PID
+namespace; an unprivileged uid when the grader is root): when the run ends, or the deadline
+passes, its namespace dies and the grader waits until no process is left in it. Without a
+sandbox, every process carries a random token in its environment and the grader kills every
+process carrying it. What the student's process logs (which cells failed, timed out) only
+explains a missing record; it never makes a pass. What it leaves in the scratch folder is read
+back with :func:`read_back`: never through a link, never blocking, regular files of bounded size.
 
 The grader's own ``course`` tree is hashed before and after each notebook (:class:`TreeGuard`):
 a change is restored from the snapshot and flagged on that notebook's results.
@@ -57,6 +61,8 @@ OFFLINE_ENV = {
 }
 # Variables of the grader's own environment that must not reach the student's process.
 DROPPED_ENV = ("COURSE_CHECK_REPLAY_EVERYWHERE", "PYTHONPATH", "COURSE_GRADING_RECORDS")
+# ...nor the grader's secrets (a student's stderr reaches its feedback as "last words").
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY")
 NN_SECTION = "# --- from solutions/"
 
 
@@ -294,7 +300,11 @@ def run(
     writable = [records, log, scratch / "tmp", scratch / ".ipython"]
     sandbox.prepare(choice, scratch, writable)
     token = secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in DROPPED_ENV and not any(word in k.upper() for word in SECRET_WORDS)
+    }
     env.update(OFFLINE_ENV)
     env.update(
         {
