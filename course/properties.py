@@ -495,8 +495,8 @@ def _expect_tensor(
     if overflow.any():
         first = tuple(int(i) for i in overflow.nonzero()[0])
         raise CheckFailure(
-            f"{what} has {got[first].item()} at index {first} where the reference is "
-            f"{expected[first].item():.6g} (the property violated: numeric range).",
+            f"{what} gives {got[first].item()} (inf or NaN) at index {first} where the reference "
+            f"is {expected[first].item():.6g} (the property violated: numeric range).",
             hint,
         )
     nan_mismatch = torch.isnan(got) != torch.isnan(expected)

@@ -38,7 +38,6 @@ Worked example (notebook 00's softmax; ``tests/test_spec.py`` runs it through pr
         params=("x", "dim"), defaults={"dim": -1},
         reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
         cases=lambda: [Case("a random (4, 7) tensor", {"x": torch.randn(4, 7, generator=generator())})],
-        gradients=("x",),
     ))
 """
 
