@@ -132,7 +132,119 @@ def render_readme(text: str) -> str:
         text,
         flags=re.MULTILINE,
     )
-    return _README_PARAGRAPH.sub(lambda _: readme_paragraph(), text, count=1)
+    return render_grading(_README_PARAGRAPH.sub(lambda _: readme_paragraph(), text, count=1))
+
+
+# Grading, measured: one complete notebook (its solution as the hand-in) graded as
+# `make gradescope ONLY=NN` grades it, `python -m course.classroom progress` with that notebook and
+# its template alone, under `python -m course.grading.cost` (CPU seconds of the whole process
+# tree: grader, sandbox, notebook runner, kernel; peak memory: the sum of the tree's proportional
+# set sizes, sampled every 0.2 s). "complete" is a whole submission, every notebook, JOBS=1.
+# `make exercises` writes the README's grading table from it; tests/test_grading_costs.py fails
+# when the README disagrees, or when a notebook no longer fits Gradescope's defaults.
+GRADING_COSTS: dict = {
+    "when": "2026-11-24",
+    "where": (
+        "the session's 2-core x86-64 virtual machine (AMD EPYC), shared with other jobs (load "
+        "average 7 to 10), at commit 17e3ef0"
+    ),
+    "cpu_s": {
+        "00": 5.4,
+        "01": 5.6,
+        "02": 5.9,
+        "03": 7.4,
+        "04": 7.3,
+        "05": 7.6,
+        "06": 10.5,
+        "07": 5.7,
+        "08": 11.5,
+        "09": 5.2,
+    },
+    "peak_mib": {
+        "00": 495,
+        "01": 512,
+        "02": 491,
+        "03": 485,
+        "04": 520,
+        "05": 490,
+        "06": 637,
+        "07": 522,
+        "08": 599,
+        "09": 507,
+    },
+    # Two notebooks also graded in a cgroup limited to half a CPU and 768 MB: wall-clock seconds.
+    "limited_wall_s": {"05": 27.9, "06": 25.7},
+    "complete": {"cpu_s": 24.0, "wall_s": 58.9, "peak_mib": 740},
+}
+
+# What Gradescope gives an autograder unless the assignment asks for more.
+GRADESCOPE_DEFAULTS = {"vcpu": 0.5, "memory_mb": 768, "timeout_s": 600}
+_GRADING_TABLE = re.compile(r"<!-- grading costs -->.*?<!-- /grading costs -->", re.DOTALL)
+
+
+def gradescope_minutes(nn: str) -> float:
+    """Notebook ``nn``'s grading at half a vCPU, in minutes: its CPU time over the vCPUs given
+    (an estimate: the same work at half the speed; the measurement itself used whole cores)."""
+    return GRADING_COSTS["cpu_s"][nn] / GRADESCOPE_DEFAULTS["vcpu"] / 60
+
+
+def fits_gradescope(nn: str) -> bool:
+    """Whether grading notebook ``nn`` alone fits Gradescope's default memory and time."""
+    limit_mib = GRADESCOPE_DEFAULTS["memory_mb"] * 1e6 / 2**20
+    return (
+        GRADING_COSTS["peak_mib"][nn] < limit_mib
+        and gradescope_minutes(nn) * 60 < GRADESCOPE_DEFAULTS["timeout_s"]
+    )
+
+
+def grading_table() -> str:
+    """The README's grading-cost table and the lines around it (between its two markers)."""
+    limit_mib = GRADESCOPE_DEFAULTS["memory_mb"] * 1e6 / 2**20
+    rows = [
+        "<!-- grading costs -->",
+        "| `make gradescope` | CPU time | peak memory | at half a vCPU |",
+        "|---|---|---|---|",
+    ]
+    for nn in sorted(GRADING_COSTS["cpu_s"]):
+        rows.append(
+            f"| `ONLY={nn}` | {GRADING_COSTS['cpu_s'][nn]:.1f} s | "
+            f"{GRADING_COSTS['peak_mib'][nn]} MiB | "
+            f"about {gradescope_minutes(nn):.1f} min |"
+        )
+    done = GRADING_COSTS["complete"]
+    over = [nn for nn in GRADING_COSTS["cpu_s"] if not fits_gradescope(nn)]
+    fitting = (
+        f"notebooks {', '.join(over)} do not fit them." if over else "every notebook fits them."
+    )
+    text = (
+        f"Measured on {GRADING_COSTS['when']} on {GRADING_COSTS['where']}: each notebook's "
+        "solution graded alone as `make gradescope ONLY=NN` grades it, CPU time of the whole "
+        "process tree and the peak of its summed proportional set sizes "
+        "(`python -m course.grading.cost`). *At half a vCPU* is the CPU time doubled, an "
+        "estimate; graded in a cgroup limited to half a CPU and 768 MB, "
+        + ", ".join(
+            f"{nn} took {w:.0f} s" for nn, w in sorted(GRADING_COSTS["limited_wall_s"].items())
+        )
+        + " of wall-clock time, with no kill for memory. Gradescope's defaults are half a vCPU, "
+        f"{GRADESCOPE_DEFAULTS['memory_mb']} MB ({limit_mib:.0f} MiB) and 10 minutes: "
+        f"{fitting} A complete submission, every notebook in one assignment "
+        f"(`JOBS=1`), took {done['cpu_s']:.0f} s of CPU ({done['wall_s']:.0f} s of wall-clock "
+        f"time) and peaked at {done['peak_mib']} MiB: "
+        + (
+            "above the default memory, so ask for more for such an assignment, or give each "
+            "notebook its own with `ONLY=`."
+            if done["peak_mib"] >= limit_mib
+            else "within the defaults too."
+        )
+    )
+    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /grading costs -->"
+
+
+def render_grading(text: str) -> str:
+    """README ``text`` with its grading-cost table (between the markers) generated."""
+    return _GRADING_TABLE.sub(lambda _: grading_table(), text, count=1)
 
 
 def render_header(source: str, nn: str) -> str:

@@ -1,0 +1,63 @@
+"""What grading costs (course/budgets.py's GRADING_COSTS): measured, fitting Gradescope, quoted.
+
+The figures are measurements (``python -m course.grading.cost``); these tests check that they
+cover every notebook, that each notebook fits Gradescope's defaults (half a vCPU, 768 MB, 10
+minutes), that the README quotes them as ``course.budgets.grading_table`` writes them, and that
+the measuring tool counts the CPU of a whole process tree.
+"""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course import budgets
+from course.budgets import GRADESCOPE_DEFAULTS, GRADING_COSTS
+from course.grading import cost
+
+ROOT = Path(__file__).resolve().parents[1]
+NUMBERS = sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_every_notebook_is_measured_when_and_where():
+    assert sorted(GRADING_COSTS["cpu_s"]) == sorted(GRADING_COSTS["peak_mib"]) == NUMBERS
+    datetime.date.fromisoformat(GRADING_COSTS["when"])
+    assert "2-core" in GRADING_COSTS["where"] and "load" in GRADING_COSTS["where"]
+
+
+@pytest.mark.parametrize("nn", NUMBERS)
+def test_each_notebook_fits_gradescopes_defaults(nn):
+    limit_mib = GRADESCOPE_DEFAULTS["memory_mb"] * 1e6 / 2**20
+    assert GRADING_COSTS["peak_mib"][nn] < limit_mib
+    assert budgets.gradescope_minutes(nn) * 60 < GRADESCOPE_DEFAULTS["timeout_s"]
+
+
+def test_a_complete_submission_stays_within_a_minute_of_cpu():
+    assert GRADING_COSTS["complete"]["cpu_s"] <= 60  # issue 31: from 76 s
+
+
+def test_the_readme_quotes_the_table():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert budgets.grading_table() in readme, "run `make exercises` to rewrite the README's table"
+
+
+def test_the_cost_tool_counts_the_cpu_of_grandchildren_too():
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {busy!r}])"
+    measured = cost.measure([sys.executable, "-c", child], every=0.05)
+    assert measured["returncode"] == 0 and measured["cpu_s"] >= 0.5
+    assert 0 < measured["peak_pss_mib"] <= measured["peak_rss_mib"]
+
+
+def test_the_cost_command_prints_json():
+    done = subprocess.run(
+        [sys.executable, "-m", "course.grading.cost", "--", sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and '"cpu_s"' in done.stderr
