@@ -5,12 +5,19 @@ Two comparisons, each in one process, one after the other, on the same machine:
 1. **Fine-tuning loop vs transformers' ``Trainer``.** The course's loop (``course.nn.fit`` and
    ``train_step`` from notebook 06, fused AdamW) and ``Trainer`` with its defaults, on the same
    model (the packaged MiniLM), the same SST-2 training examples, the same number of steps and
-   batch size, the same linear schedule with warm-up, clipping and weight decay. Both are
-   scored on the SST-2 validation set with the same function. Prints the wall-time ratio
-   (Trainer / course: above 1 means the course loop is faster) and both accuracies.
+   batch size, the same linear schedule with the same warm-up steps, the same clipping and
+   weight-decay rate, and the same precision (bf16 autocast for both where ``course.env``
+   turns it on, i.e. on a CPU with native bf16; else float32 for both). Two differences stay:
+   ``Trainer`` exempts biases and LayerNorm weights from weight decay (its default) while the
+   course loop decays every weight, and each loop groups lengths into batches its own way.
+   Both are scored on the SST-2 validation set with the same function, in float32. Prints the
+   wall-clock and process CPU-time ratios (Trainer / course: above 1 means the course loop is
+   faster; CPU time is the steadier of the two on a machine that other jobs share), both
+   accuracies and each side's precision.
 2. **Notebook 05's Transformer vs ``torch.nn.Transformer``.** The from-scratch layers of
    ``course.nn`` against PyTorch's own, at the same sizes: the median time of one training step
-   (forward, backward, AdamW) on the same random batch.
+   (forward, backward, AdamW) on the same random batch, wall-clock and process CPU time, both
+   in float32 (no autocast).
 
 Run ``python -m course.bench [--steps 94] [--json out.json]``; timings depend on the machine
 and on what else runs, so the printout names both.
@@ -73,7 +80,7 @@ def _course_loop(train: list[dict], val_loader: Any, steps: int, collator: Any) 
         train, batch_sampler=LengthGroupedBatches(lengths, BATCH_SIZE, 0), collate_fn=collator
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     fit(
         model,
         loader,
@@ -83,10 +90,12 @@ def _course_loop(train: list[dict], val_loader: Any, steps: int, collator: Any) 
         max_grad_norm=MAX_GRAD_NORM,
         desc="course loop",
     )
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "accuracy": evaluate_accuracy(model, val_loader, torch.device("cpu")),
+        "precision": env.precision(torch.device("cpu")),
     }
 
 
@@ -96,6 +105,8 @@ def _trainer(train: list[dict], val_loader: Any, steps: int, collator: Any) -> d
     from course.nn import evaluate_accuracy
 
     model = _fresh_classifier()
+    # The course loop's precision: bf16 autocast exactly where course.env turns it on.
+    bf16 = env.autocast_dtype(torch.device("cpu")) is not None
     with tempfile.TemporaryDirectory() as out:
         arguments = TrainingArguments(
             output_dir=out,
@@ -103,7 +114,8 @@ def _trainer(train: list[dict], val_loader: Any, steps: int, collator: Any) -> d
             per_device_train_batch_size=BATCH_SIZE,
             learning_rate=LR,
             weight_decay=WEIGHT_DECAY,
-            warmup_steps=WARMUP_RATIO,  # transformers 5: a float below 1 is a share of the steps
+            # fit warms up for int(ratio * steps) steps; a float ratio would make Trainer round up
+            warmup_steps=int(WARMUP_RATIO * steps),
             lr_scheduler_type="linear",
             max_grad_norm=MAX_GRAD_NORM,
             train_sampling_strategy="group_by_length",
@@ -112,16 +124,20 @@ def _trainer(train: list[dict], val_loader: Any, steps: int, collator: Any) -> d
             report_to="none",
             disable_tqdm=True,
             use_cpu=True,
+            bf16=bf16,
             seed=0,
         )
         trainer = Trainer(model=model, args=arguments, train_dataset=train, data_collator=collator)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         trainer.train()
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "accuracy": evaluate_accuracy(model, val_loader, torch.device("cpu")),
         "optimizer": str(getattr(arguments.optim, "value", arguments.optim)),
+        "precision": "bf16 autocast" if arguments.bf16 else "float32",
+        "warmup_steps": arguments.get_warmup_steps(steps),
     }
 
 
@@ -146,20 +162,25 @@ def loop_vs_trainer(steps: int = 94) -> dict:
         "course": course,
         "trainer": trainer,
         "ratio": trainer["seconds"] / course["seconds"],
+        "cpu_ratio": trainer["cpu_seconds"] / course["cpu_seconds"],
     }
 
 
-def _median_step_seconds(model: nn.Module, step: Callable[[], torch.Tensor], repeats: int) -> float:
+def _median_step_seconds(
+    model: nn.Module, step: Callable[[], torch.Tensor], repeats: int
+) -> tuple[float, float]:
+    """Median wall-clock and process CPU seconds of one training step (after 3 warm-up steps)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-    times = []
+    times, cpu_times = [], []
     for i in range(repeats + 3):  # three warm-up steps
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         optimizer.zero_grad()
         step().backward()
         optimizer.step()
         if i >= 3:
             times.append(time.perf_counter() - start)
-    return statistics.median(times)
+            cpu_times.append(time.process_time() - cpu_start)
+    return statistics.median(times), statistics.median(cpu_times)
 
 
 def layers_vs_torch(repeats: int = 20) -> dict:
@@ -211,10 +232,14 @@ def layers_vs_torch(repeats: int = 20) -> dict:
         "batch": batch,
         "length": length,
     }
+    course_s, course_cpu_s = _median_step_seconds(ours, our_step, repeats)
+    torch_s, torch_cpu_s = _median_step_seconds(theirs, torch_step, repeats)
     return {
         "sizes": sizes,
-        "course_ms": 1000 * _median_step_seconds(ours, our_step, repeats),
-        "torch_ms": 1000 * _median_step_seconds(theirs, torch_step, repeats),
+        "course_ms": 1000 * course_s,
+        "torch_ms": 1000 * torch_s,
+        "course_cpu_ms": 1000 * course_cpu_s,
+        "torch_cpu_ms": 1000 * torch_cpu_s,
     }
 
 
@@ -244,22 +269,30 @@ def main(argv: list[str] | None = None) -> int:
         f"\n1. fine-tuning, packaged MiniLM, SST-2, {loop['steps']} steps of batch {loop['batch_size']}"
     )
     print(
-        f"   course loop (fused AdamW): {course['seconds']:6.1f} s, validation accuracy {course['accuracy']:.1%}"
+        f"   course loop (fused AdamW, {course['precision']}): {course['seconds']:6.1f} s "
+        f"({course['cpu_seconds']:.1f} s CPU), "
+        f"validation accuracy {course['accuracy']:.1%}"
     )
     print(
-        f"   Trainer ({trainer['optimizer']}): {trainer['seconds']:6.1f} s, validation accuracy {trainer['accuracy']:.1%}"
+        f"   Trainer ({trainer['optimizer']}, {trainer['precision']}): {trainer['seconds']:6.1f} s "
+        f"({trainer['cpu_seconds']:.1f} s CPU), "
+        f"validation accuracy {trainer['accuracy']:.1%}"
     )
     print(
-        f"   ratio Trainer / course loop: {loop['ratio']:.2f} (above 1: the course loop is faster)"
+        f"   ratio Trainer / course loop: {loop['ratio']:.2f} wall-clock, {loop['cpu_ratio']:.2f} CPU "
+        "(above 1: the course loop is faster)"
     )
     layers = layers_vs_torch(args.repeats)
     ratio = layers["torch_ms"] / layers["course_ms"]
+    cpu_ratio = layers["torch_cpu_ms"] / layers["course_cpu_ms"]
     print(
-        f"\n2. one training step, notebook 05's Transformer vs torch.nn.Transformer ({layers['sizes']})"
+        f"\n2. one training step, notebook 05's Transformer vs torch.nn.Transformer ({layers['sizes']}), "
+        "both float32"
     )
     print(
-        f"   course layers: {layers['course_ms']:.1f} ms; torch.nn.Transformer: {layers['torch_ms']:.1f} ms; "
-        f"ratio torch / course: {ratio:.2f}"
+        f"   course layers: {layers['course_ms']:.1f} ms ({layers['course_cpu_ms']:.1f} ms CPU); "
+        f"torch.nn.Transformer: {layers['torch_ms']:.1f} ms ({layers['torch_cpu_ms']:.1f} ms CPU); "
+        f"ratio torch / course: {ratio:.2f} wall-clock, {cpu_ratio:.2f} CPU"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:

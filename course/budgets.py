@@ -13,6 +13,9 @@ exercises``) writes the README's *student time* and *CPU time* columns, the para
 that table and the ``**Time:**`` line of every notebook header from them (``write_times``);
 ``nbtools check`` and ``tests/test_timings.py`` fail when those disagree with the table. After
 a new idle ``make check``, change ``RUN_TIMES`` and run ``make exercises``.
+
+``BENCH_RUNS`` holds the measured ``make bench`` runs (when, where, the load, the command and
+its figures); ``make exercises`` writes the README's bench table from them.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def readme_paragraph() -> str:
 
 def render_readme(text: str) -> str:
     """README ``text`` with the table's two time columns and the paragraph under it generated."""
+    text = render_bench(text)
 
     def row(match: re.Match) -> str:
         student, cpu = readme_columns(match.group(1))
@@ -276,3 +280,152 @@ def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
                 header.source = new
                 nbformat.write(notebook, path)
     return changed
+
+
+# `make bench` (course/bench.py), measured: one entry per run, as `python -m course.bench --json`
+# printed it. "loop": the course's fine-tuning loop against transformers' Trainer; "layers": one
+# training step of notebook 05's Transformer against torch.nn.Transformer (median of the timed
+# steps). CPU seconds are the process's (all threads); on a shared machine they are the steadier
+# figure. `make exercises` writes the README's bench table from it; tests/test_timings.py fails
+# when the README disagrees.
+BENCH_RUNS: list[dict] = [
+    {
+        "when": "2026-11-23",
+        "where": "an otherwise idle 2-core x86-64 virtual machine (AMD EPYC, no native bf16), torch "
+        "2.13.0, 2 threads",
+        "command": "make bench",
+        "precision": "float32",
+        "load": "idle",
+        "note": "Before issue 34's changes to the bench: no CPU time recorded.",
+        "loop": {
+            "steps": 94,
+            "course_warmup_steps": 9,
+            "trainer_warmup_steps": 10,
+            "course_precision": "float32",
+            "course_s": 27.5,
+            "course_cpu_s": None,
+            "course_accuracy": 0.831,
+            "trainer_optimizer": "adamw_torch_fused",
+            "trainer_precision": "float32",
+            "trainer_s": 29.5,
+            "trainer_cpu_s": None,
+            "trainer_accuracy": 0.8,
+        },
+        "layers": {
+            "course_ms": 30.0,
+            "torch_ms": 30.1,
+            "course_cpu_ms": None,
+            "torch_cpu_ms": None,
+        },
+    },
+    {
+        "when": "2026-11-24",
+        "where": "the session's shared 2-core x86-64 virtual machine (AMD EPYC with AVX-512 BF16), "
+        "torch 2.13.0, 2 threads",
+        "command": "python -m course.bench --steps 24 --repeats 10",
+        "precision": "bf16 autocast",
+        "load": "load average 10.0 at the start, 7.0 at the end (other jobs)",
+        "loop": {
+            "steps": 24,
+            "course_warmup_steps": 2,
+            "trainer_warmup_steps": 2,
+            "course_precision": "bf16 autocast",
+            "course_s": 126.6,
+            "course_cpu_s": 39.6,
+            "course_accuracy": 0.644495,
+            "trainer_optimizer": "adamw_torch_fused",
+            "trainer_precision": "bf16 autocast",
+            "trainer_s": 99.9,
+            "trainer_cpu_s": 41.1,
+            "trainer_accuracy": 0.699541,
+        },
+        "layers": {
+            "course_ms": 334.1,
+            "torch_ms": 317.4,
+            "course_cpu_ms": 163.0,
+            "torch_cpu_ms": 142.3,
+        },
+    },
+    {
+        "when": "2026-11-24",
+        "where": "the session's shared 2-core x86-64 virtual machine (AMD EPYC with AVX-512 BF16), "
+        "torch 2.13.0, 2 threads",
+        "command": "COURSE_BF16=0 python -m course.bench --steps 24 --repeats 10",
+        "precision": "float32",
+        "load": "load average 7.0 at the start, 4.6 at the end (other jobs)",
+        "loop": {
+            "steps": 24,
+            "course_warmup_steps": 2,
+            "trainer_warmup_steps": 2,
+            "course_precision": "float32",
+            "course_s": 84.3,
+            "course_cpu_s": 68.9,
+            "course_accuracy": 0.644495,
+            "trainer_optimizer": "adamw_torch_fused",
+            "trainer_precision": "float32",
+            "trainer_s": 12.7,
+            "trainer_cpu_s": 15.8,
+            "trainer_accuracy": 0.700688,
+        },
+        "layers": {
+            "course_ms": 13.5,
+            "torch_ms": 14.4,
+            "course_cpu_ms": 25.5,
+            "torch_cpu_ms": 26.5,
+        },
+    },
+]
+
+_BENCH_BLOCK = re.compile(r"<!-- bench -->.*?<!-- /bench -->", re.DOTALL)
+
+
+def _ratio(alternative: float | None, course: float | None) -> str:
+    return "n/a" if alternative is None or course is None else f"{alternative / course:.2f}"
+
+
+def _seconds(wall: float, cpu: float | None, unit: str = "s") -> str:
+    return f"{wall:.1f} {unit}" + ("" if cpu is None else f" ({cpu:.1f} {unit} CPU)")
+
+
+def bench_table() -> str:
+    """The README's bench table and the lines under it (between its two markers)."""
+    rows = [
+        "<!-- bench -->",
+        "| run | comparison | course | alternative | ratio, wall-clock (CPU) |",
+        "|---|---|---|---|---|",
+    ]
+    for number, run in enumerate(BENCH_RUNS, 1):
+        loop, layers = run["loop"], run["layers"]
+        label = f"{number}: {run['when']}, {run['precision']}"
+        rows.append(
+            f"| {label} | fine-tuning the packaged MiniLM on SST-2, {loop['steps']} steps of batch "
+            f"32 | course loop (`fit`, fused AdamW, {loop['course_precision']}): "
+            f"{_seconds(loop['course_s'], loop['course_cpu_s'])}, validation "
+            f"{loop['course_accuracy']:.1%} | `Trainer` ({loop['trainer_optimizer']}, "
+            f"{loop['trainer_precision']}): {_seconds(loop['trainer_s'], loop['trainer_cpu_s'])}, "
+            f"validation {loop['trainer_accuracy']:.1%} | Trainer / course "
+            f"{_ratio(loop['trainer_s'], loop['course_s'])} "
+            f"({_ratio(loop['trainer_cpu_s'], loop['course_cpu_s'])}) |"
+        )
+        rows.append(
+            f"| {label} | one training step of notebook 05's Transformer (d_model 64, 4 heads, "
+            f"d_ff 128, 2+2 layers, batch 64 x 14), float32 | the course's layers: "
+            f"{_seconds(layers['course_ms'], layers['course_cpu_ms'], 'ms')} | "
+            f"`torch.nn.Transformer` (pre-LN, same sizes): "
+            f"{_seconds(layers['torch_ms'], layers['torch_cpu_ms'], 'ms')} | torch / course "
+            f"{_ratio(layers['torch_ms'], layers['course_ms'])} "
+            f"({_ratio(layers['torch_cpu_ms'], layers['course_cpu_ms'])}) |"
+        )
+    notes = " ".join(
+        f"Run {number}: `{run['command']}` on {run['where']}; {run['load']}; warm-up steps: course "
+        f"{run['loop']['course_warmup_steps']}, Trainer {run['loop']['trainer_warmup_steps']}.{' ' + run['note'] if run.get('note') else ''}"
+        for number, run in enumerate(BENCH_RUNS, 1)
+    )
+    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), notes)
+    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /bench -->"
+
+
+def render_bench(text: str) -> str:
+    """README ``text`` with its bench table (between the markers) generated."""
+    return _BENCH_BLOCK.sub(lambda _: bench_table(), text, count=1)

@@ -137,3 +137,34 @@ def test_check_names_stale_times_and_generate_fixes_them(project):
     exercise = nbformat.read(project / "notebooks" / "07_pos_tagging.ipynb", as_version=4)
     assert budgets.header_time_line("07") in exercise.cells[0].source  # the copy follows
     assert budgets.readme_columns("07")[1] in (project / "README.md").read_text(encoding="utf-8")
+
+
+# --- make bench: the stored runs and the README's table ----------------------------------------
+
+
+@pytest.mark.parametrize("run", budgets.BENCH_RUNS, ids=lambda run: run["when"] + run["precision"])
+def test_each_bench_run_says_when_where_how_and_under_what_load(run):
+    datetime.date.fromisoformat(run["when"])
+    assert run["where"] and run["load"]
+    assert "make bench" in run["command"] or "python -m course.bench" in run["command"]
+    assert run["precision"] in ("float32", "bf16 autocast")
+    loop = run["loop"]
+    # both sides of the loop comparison ran in the same precision, the one the run names
+    assert loop["course_precision"] == loop["trainer_precision"] == run["precision"]
+    assert 0 < loop["course_accuracy"] < 1 and 0 < loop["trainer_accuracy"] < 1
+
+
+def test_readme_bench_table_quotes_the_runs():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert budgets.bench_table() in text, (
+        "the README's bench table differs from course/budgets.py: run `make exercises`"
+    )
+
+
+def test_render_bench_rewrites_only_between_the_markers():
+    text = "# T\n\nbefore\n\n<!-- bench -->\nold table\n<!-- /bench -->\n\nafter\n"
+    new = budgets.render_bench(text)
+    assert new.startswith("# T\n\nbefore\n\n<!-- bench -->\n| run |")
+    assert new.endswith("<!-- /bench -->\n\nafter\n") and "old table" not in new
+    assert budgets.render_bench(new) == new
+    assert budgets.render_bench("no markers\n") == "no markers\n"
