@@ -709,7 +709,17 @@ def meaning(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., 
 
 import copy  # noqa: E402 - first needed by notebook 03's properties
 
-from course.checks.reference import is_dropout_of  # noqa: E402
+
+def is_dropout_of(got: torch.Tensor, clean: torch.Tensor, p: float) -> bool:
+    """True when ``got`` looks like ``nn.Dropout(p)`` applied to ``clean`` in training mode:
+    every entry is 0 or ``clean / (1 - p)``, and at least one nonzero entry was zeroed."""
+    if not isinstance(got, torch.Tensor) or got.shape != clean.shape:
+        return False
+    got, clean = got.detach().double(), clean.detach().double()
+    scale = clean.abs().max().item() + 1e-12
+    zero = got.abs() <= 1e-6 * scale
+    kept = (got - clean / (1 - p)).abs() <= 1e-5 * scale
+    return bool((zero | kept).all()) and bool((zero & (clean.abs() > 1e-4 * scale)).any())
 
 
 def refusal(

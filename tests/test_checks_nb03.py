@@ -694,64 +694,6 @@ def test_hints_hold_no_answer(name, wrong):
         assert not any(line in text for line in ANSWER_LINES), text
 
 
-# --- course.checks.reference: twins from a state dict, messages in the student's terms ----------
-
-
-def _mha_state(prefix="", drop=(), bias=True, d_model=8, **replace):
-    state = {f"{prefix}{k}": v for k, v in MHACorrect(d_model, 2, bias=bias).state_dict().items()}
-    for name in drop:
-        del state[f"{prefix}{name}"]
-    state.update({f"{prefix}{k}": v for k, v in replace.items()})
-    return state
-
-
-@pytest.mark.parametrize(
-    "state, kwargs, words",
-    [
-        (_mha_state(drop=("w_q.weight", "w_q.bias")), {}, "has no sub-module `w_q` (what it has:"),
-        (_mha_state(drop=("w_k.weight",)), {}, "`MultiHeadAttention.w_k` has no parameter"),
-        (
-            _mha_state(**{"w_v.weight": torch.zeros(8, 4)}),
-            {},
-            "`MultiHeadAttention.w_v` maps 4 -> 8",
-        ),
-        (_mha_state(), {"bias": False}, "`MultiHeadAttention.w_q.bias` exists"),
-        (_mha_state(bias=False), {}, "`MultiHeadAttention.w_q.bias` is missing"),
-        (
-            _mha_state("self_attn.", drop=("w_o.weight",)),
-            {"prefix": "self_attn", "owner": "EncoderLayer"},
-            "`EncoderLayer.self_attn.w_o` has no parameter `weight`",
-        ),
-    ],
-)
-def test_reference_names_what_is_missing(state, kwargs, words):
-    from course.check import CheckFailure
-    from course.checks.reference import torch_attention
-
-    with pytest.raises(CheckFailure) as failure:
-        torch_attention(state, 8, 2, **kwargs)
-    assert words in failure.value.message, failure.value.message
-
-
-def test_reference_twin_computes_like_the_module():
-    from course.checks.reference import torch_attention
-
-    module = MHACorrect(8, 2).eval()
-    twin = torch_attention(dict(module.state_dict()), 8, 2)
-    x = torch.randn(2, 5, 8)
-    with torch.no_grad():
-        assert torch.allclose(module(x, x, x)[0], twin(x, x, x)[0], atol=1e-6)
-
-
-def test_reference_norm_reads_hand_written_layer_norms():
-    from course.checks.reference import load_norm
-
-    target = nn.LayerNorm(4)
-    state = {"norm.a_2": torch.full((4,), 2.0), "norm.b_2": torch.ones(4)}
-    load_norm(target, state, "norm", "Encoder", eps=1e-6)
-    assert torch.equal(target.weight.detach(), torch.full((4,), 2.0)) and target.eps == 1e-6
-
-
 # --- issue 30: the five families, with implementations written after the specs ----------------
 # Wrong ones break one sentence of the text each; right ones are canonical code of the field
 # glued at the interface (d2l, nanoGPT, Hugging Face). Family numbers follow the issue: 1 stated
