@@ -124,7 +124,7 @@ def readme_paragraph() -> str:
 
 def render_readme(text: str) -> str:
     """README ``text`` with the table's two time columns and the paragraph under it generated."""
-    text = render_bench(text)
+    text = render_class_grading_time(render_bench(text))
 
     def row(match: re.Match) -> str:
         student, cpu = readme_columns(match.group(1))
@@ -429,3 +429,24 @@ def bench_table() -> str:
 def render_bench(text: str) -> str:
     """README ``text`` with its bench table (between the markers) generated."""
     return _BENCH_BLOCK.sub(lambda _: bench_table(), text, count=1)
+
+
+_CLASS_GRADING = re.compile(
+    r"<!-- class grading time -->.*?<!-- /class grading time -->", re.DOTALL
+)
+
+
+def class_grading_sentence() -> str:
+    """The README's sentence on how long a whole submission takes to grade (from GRADING_COSTS)."""
+    done = GRADING_COSTS["complete"]
+    return (
+        "<!-- class grading time -->A complete submission (the solutions: every notebook, every "
+        f"exercise passed) took {done['wall_s']:.0f} s of wall-clock time and {done['cpu_s']:.0f} s "
+        f"of CPU with `JOBS=1`, measured on {GRADING_COSTS['when']} on {GRADING_COSTS['where']} "
+        "(`GRADING_COSTS` in `course/budgets.py`).<!-- /class grading time -->"
+    )
+
+
+def render_class_grading_time(text: str) -> str:
+    """README ``text`` with its class-grading sentence (between the markers) generated."""
+    return _CLASS_GRADING.sub(lambda _: class_grading_sentence(), text, count=1)

@@ -168,3 +168,10 @@ def test_render_bench_rewrites_only_between_the_markers():
     assert new.endswith("<!-- /bench -->\n\nafter\n") and "old table" not in new
     assert budgets.render_bench(new) == new
     assert budgets.render_bench("no markers\n") == "no markers\n"
+
+
+def test_readme_class_grading_time_quotes_the_grading_costs():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert budgets.class_grading_sentence() in text, (
+        "the README's class-grading time differs from course/budgets.py: run `make exercises`"
+    )
