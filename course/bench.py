@@ -13,7 +13,7 @@ Two comparisons, each in one process, one after the other, on the same machine:
    Both are scored on the SST-2 validation set with the same function, in float32. Prints the
    wall-clock and process CPU-time ratios (Trainer / course: above 1 means the course loop is
    faster), both accuracies and each side's precision. Only an idle machine gives a fair ratio:
-   under load both figures move (waiting threads spin, so even CPU time grows).
+   under load both figures move, CPU time too (README, the bench's run 3).
 2. **Notebook 05's Transformer vs ``torch.nn.Transformer``.** The from-scratch layers of
    ``course.nn`` against PyTorch's own, at the same sizes: the median time of one training step
    (forward, backward, AdamW) on the same random batch, wall-clock and process CPU time, both
