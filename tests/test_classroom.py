@@ -591,7 +591,9 @@ def test_bob_reads_the_real_checks_verdict_and_why_01_was_not_graded(graded_scen
         "student",
         *classroom.columns(classroom.notebook_paths(ROOT / "notebooks")),
         "total",
+        "flags",
     ]
+    assert rows["ada"]["flags"] == rows["bob"]["flags"] == ""  # nobody flagged
 
 
 @pytest.mark.slow
