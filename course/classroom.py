@@ -377,8 +377,10 @@ def _run_seed(seed: int | None) -> int:
     if seed is None:
         fixed = os.environ.get(SEED_ENV, "").strip()
         seed = int(fixed) if fixed.isdigit() else secrets.randbelow(2**31)
-    print(
-        f"The checks' inputs of this run are drawn with seed {seed} ({SEED_ENV}={seed} repeats them)."
+    print(  # on stderr: stdout holds the table a script may read
+        f"The checks' inputs of this run are drawn with seed {seed} ({SEED_ENV}={seed} repeats them).",
+        file=sys.stderr,
+        flush=True,
     )
     return seed
 
