@@ -1492,9 +1492,10 @@ def normal_init(
     exactly zero, every other row drawn on its own. Structural where the text fixes the
     structure: where rows have 64 entries or more, every row's std within [std/2, 2 std] (for a
     1000 x 64 table a false alarm has probability 2e-7), so an initialisation applied to part
-    of the table fails however small the part. Pooled: mean, std, excess kurtosis (a uniform
-    draw of the same std) and the correlation of neighbouring rows (one vector broadcast to
-    every row), each within 6 standard errors (a false alarm about 2e-9 each)."""
+    of the table fails however small the part. Pooled, on tables of 5,000 entries or more: mean,
+    std, excess kurtosis (a uniform draw of the same std) and the correlation of neighbouring
+    rows (one vector broadcast to every row), each within 6 standard errors (a false alarm
+    about 2e-9 each by the normal approximation, which small tables do not meet)."""
 
     def judge(case: Any, got: Any, expected: Any, table: Any) -> None:
         if not isinstance(table, torch.Tensor) or table.dim() != 2:
@@ -1520,13 +1521,15 @@ def normal_init(
             hint,
         )
         n, mean, pooled = rows.numel(), rows.mean().item(), rows.std().item()
-        kurtosis = ((rows / sigma) ** 4).mean().item() - 3
+        if n < 5_000:  # the normal approximations below hold for large tables only: a table
+            return  # of 44 entries gave a right answer a false alarm in 1.4% of seeds
+        kurtosis = ((rows / sigma) ** 4).mean().item() - 3  # E z^8 - (E z^4)^2 = 96
         unit = rows / rows.norm(dim=1, keepdim=True)
         neighbours = (unit[:-1] * unit[1:]).sum(dim=1).mean().item() if len(rows) > 1 else 0.0
         expect(
             abs(mean) <= 6 * sigma / n**0.5
             and abs(pooled / sigma - 1) <= 6 / (2 * n) ** 0.5
-            and abs(kurtosis) <= 6 * (24 / n) ** 0.5 + 6 * (2 / n) ** 0.5
+            and abs(kurtosis) <= 6 * (96 / n) ** 0.5
             and abs(neighbours) <= 6 / (rows.size(1) * max(len(rows) - 1, 1)) ** 0.5,
             f"{made}: the table's entries have mean {mean:.3g}, std {pooled:.3g}, excess "
             f"kurtosis {kurtosis:.2f} and neighbouring rows correlate {neighbours:.2f}; the "
