@@ -124,6 +124,10 @@ def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> Che
 REPLAY_EVERYWHERE = "COURSE_CHECK_REPLAY_EVERYWHERE"
 
 
+# With REPLAY_EVERYWHERE, the session seed of every check call (grading draws one per run).
+TEST_SEED = "COURSE_CHECK_TEST_SEED"
+
+
 class ReplayDisagrees(AssertionError):
     """The trusted replay of a check reached another verdict than the probe: a bug in the check."""
 
@@ -134,10 +138,11 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
     The probe itself decides nothing (the student's process computes no answer), so it is the
     local run that the replay is compared with.
     """
-    with obs.session(obs.LOCAL):
+    seed = int(os.environ.get(TEST_SEED, "0"))  # the tests run every check on other inputs too
+    with obs.session(obs.LOCAL, seed):
         local = _evaluate(check, check.body, args, kwargs)
-    _, record = probe(check, *args, **kwargs)
-    replayed = replay(check, record, positional=len(args), keywords=tuple(kwargs))
+    _, record = probe(check, *args, seed=seed, **kwargs)
+    replayed = replay(check, record, seed=seed, positional=len(args), keywords=tuple(kwargs))
     if (local.status, local.message) != (replayed.status, replayed.message):
         raise ReplayDisagrees(
             f"{check.exercise}: the notebook says {local.status} ({local.message!r}) "
