@@ -20,7 +20,7 @@ HUB       ?=
 .PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade sandbox release gradescope clean site check-site
 
 help: ## List the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 setup: $(STAMP) ## Create .venv and install the pinned requirements (TORCH=cpu: CPU-only torch)
 
