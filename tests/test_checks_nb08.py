@@ -698,7 +698,7 @@ def test_choose_sets_have_margins_and_distinct_answers():
         for t in GRID:
             gap = check._accuracy_rows(logits, target, 4, t) - floor
             assert gap == 0 or abs(gap) > 0.19, (case.what, t, gap)
-    assert len({check._chosen(**case.inputs) for case in cases[:4]}) >= 3
+    assert len({check._chosen(**case.inputs) for case in cases[2:6]}) >= 3  # the random sets
 
 
 def test_rule_set_separates_the_rules():
