@@ -245,6 +245,8 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
         for form in _forms(spec.forms, spec.params, spec.defaults, case.inputs, only):
             args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form, only)
             what = f"{spec.name}({shown}) on {case.what}"
+            if spec.mutable:  # what one call may change must not reach the next or the reference
+                args, kwargs = _fresh(args), _fresh(kwargs)
             results.append(
                 (what, _call(what, student, args, kwargs, spec.params, random, spec.mutable))
             )
@@ -259,6 +261,17 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
         observed = prop.on_device(what, student, args, kwargs)
         if judging():
             prop.expect_device(what, observed)
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of the containers and tensors in ``value`` (other objects as they are)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, list | tuple):
+        return type(value)(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
 
 
 def _judge_case(

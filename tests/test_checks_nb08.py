@@ -594,7 +594,22 @@ def choose_vectorised(val_logits, val_target, oos_id, max_drop=0.03, candidates=
     return float(grid[ok].max())
 
 
-CHOOSE_RIGHT = [choose_factory(), choose_sorted_scan, choose_vectorised]
+def choose_sorts_candidates_in_place(
+    val_logits, val_target, oos_id, max_drop=0.03, candidates=None
+):
+    """Sorts the caller's `candidates` list: the text forbids changing the validation data only
+    (issue 30: the old check refused this right answer)."""
+    if candidates is not None:
+        candidates.sort(reverse=True)
+    return choose_factory()(val_logits, val_target, oos_id, max_drop, candidates)
+
+
+CHOOSE_RIGHT = [
+    choose_factory(),
+    choose_sorted_scan,
+    choose_vectorised,
+    choose_sorts_candidates_in_place,
+]
 
 TEST_SPLIT = check._random_validation(123)  # stands for the notebook's test split
 
