@@ -571,7 +571,8 @@ def feedback(
             lines += [f"*File:* {note}", ""]
         same = {(r.status, r.message) for r in mine}
         if len(same) == 1 and mine[0].status in (MISSING, ERROR):
-            lines.append(f"- All {len(mine)} exercises ({mine[0].status}): {mine[0].message}")
+            which = "The exercise" if len(mine) == 1 else f"All {len(mine)} exercises"
+            lines.append(f"- {which} ({mine[0].status}): {mine[0].message}")
             if mine[0].status == MISSING:
                 continue  # nothing was written either
         else:
