@@ -20,6 +20,7 @@ that need torch's global generator are built under :func:`seeded`.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from course.check import CheckFailure, expect
 from course.observe import (
     REPLAY,
     Absent,
+    Foreign,
     NotPlainData,
     StudentError,
     current,
@@ -39,7 +41,9 @@ from course.observe import (
     observe,
     to_plain,
     to_student_plain,
+    type_name,
 )
+from course.virtual import DeviceMixed, run_on_virtual
 
 __all__ = [
     "Absent",
@@ -342,9 +346,6 @@ def observe_gradients(
 
 
 # --- the properties a spec declares (applied by course.spec's runner) -----------------------
-
-from course.observe import Foreign, type_name  # noqa: E402 - grouped with the spec properties
-from course.virtual import DeviceMixed, run_on_virtual  # noqa: E402
 
 
 def tolerance(dtype: torch.dtype, strict: bool | dict = False) -> dict[str, float]:
@@ -706,8 +707,6 @@ def meaning(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., 
 
 
 # --- properties first declared by notebook 03 ---
-
-import copy  # noqa: E402 - first needed by notebook 03's properties
 
 
 def is_dropout_of(got: torch.Tensor, clean: torch.Tensor, p: float) -> bool:
