@@ -46,7 +46,7 @@ import nbformat
 
 from course import grading, handins
 from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
-from course.grading import ExerciseResult, output
+from course.grading import ExerciseResult, output, setup
 from course.grading.points import Line, decide, flags_text, total
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -400,6 +400,9 @@ def grade_handins(
     The checks' inputs are drawn from ``seed``, drawn afresh for every run unless given (or set
     in ``COURSE_GRADING_SEED``): answers computed beforehand for known inputs are worth nothing.
     Every hand-in of a run gets the same inputs."""
+    # Before anyone is graded: a known-right notebook through the same sandbox, uid, environment
+    # and paths. A grader's fault stops the run here, never written as a student's error.
+    print(setup.require(timeout_s, memory_gb).line(), file=sys.stderr, flush=True)
     seed = _run_seed(seed)
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="course-handin-") as scratch:
@@ -865,6 +868,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except setup.SetupError as error:  # the grader's setup, not a student: nobody was graded
+        print(f"error: {error}", file=sys.stderr)
+        return 3
     return 0
 
 

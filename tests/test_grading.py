@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from course import grading, nbtools
-from course.grading import kernel, merging, selection, verdict
+from course.grading import kernel, merging, sandbox, selection, verdict
 from course.grading.kernel import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -453,7 +453,10 @@ def test_the_kernel_imports_its_private_copy_with_only_earlier_exports(tmp_path)
     finally:
         kernel.remove_scratch(scratch)
     assert run.end == "complete"
-    assert seen["file"] == str(scratch / "course" / "__init__.py")
+    # The copy, as the student's process sees its scratch (at sandbox.VIEW in bubblewrap).
+    assert seen["file"] == str(sandbox.seen(sandbox.choose(), scratch, scratch / "course")) + (
+        "/__init__.py"
+    )
     assert "SelfAttention" in seen["nn"] and "MultiHeadAttention" not in seen["nn"]
     assert not scratch.exists()
 
@@ -597,9 +600,12 @@ def test_blank_notebooks_score_zero_not_implemented():
     ]
 
 
-def test_environment_of_the_student_process_is_offline_and_clean():
-    assert kernel.OFFLINE_ENV["HF_HUB_OFFLINE"] == "1"
-    assert "COURSE_CHECK_REPLAY_EVERYWHERE" in kernel.DROPPED_ENV
+def test_environment_of_the_student_process_is_offline_and_clean(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_CHECK_REPLAY_EVERYWHERE", "1")
+    monkeypatch.setenv("PYTHONPATH", "/grader/own/path")
+    env = kernel.student_env(sandbox.choose(), tmp_path, "token")
+    assert env["HF_HUB_OFFLINE"] == "1" and "COURSE_CHECK_REPLAY_EVERYWHERE" not in env
+    assert "/grader/own/path" not in env["PYTHONPATH"]
     assert os.environ.get(kernel.RESTORE_ENV) == "0"  # set for every test of this module
 
 

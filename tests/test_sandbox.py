@@ -71,14 +71,18 @@ def seen(tmp_path_factory):
     try:
         kernel.private_course(scratch, kernel.TreeGuard().files, 0)
         mark = scratch / "tmp" / "late.txt"
+
+        def inside(path: Path) -> Path:  # a scratch path as the student's process sees it
+            return sandbox.seen(sandbox.choose(), scratch, path)
+
         writes = {
             "outside": str(outside / "planted.txt"),
             "classmate": str(classmate),
             "venv": os.path.join(sys.prefix, "planted.txt"),
             "data": str(ROOT / "data" / "planted.txt"),
-            "course copy": str(scratch / "course" / "__init__.py"),
-            "own notebook": str(scratch / "probe.ipynb"),
-            "records": str(scratch / "records" / "x.rec"),
+            "course copy": str(inside(scratch / "course" / "__init__.py")),
+            "own notebook": str(inside(scratch / "probe.ipynb")),
+            "records": str(inside(scratch / "records" / "x.rec")),
             "tmp": "/tmp/x.txt",
         }
         looks = {
@@ -88,7 +92,8 @@ def seen(tmp_path_factory):
             "solutions": str(ROOT / "solutions"),
             "grader tmp": str(outside),
         }
-        source = f"WRITES = {writes!r}\nLOOKS = {looks!r}\nLATE = {LATE_S}\nMARK = {str(mark)!r}\n"
+        source = f"WRITES = {writes!r}\nLOOKS = {looks!r}\nLATE = {LATE_S}\n"
+        source += f"MARK = {str(inside(mark))!r}\n"
         cell = nbformat.v4.new_code_cell(source + PROBE)
         cell.metadata["course_index"] = 0
         notebook = nbformat.v4.new_notebook(cells=[cell])

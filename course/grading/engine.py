@@ -11,11 +11,12 @@ from pathlib import Path
 
 import nbformat
 
-from course.contract import ERROR, MISSING
+from course.contract import ERROR, MISSING, NOT_IMPLEMENTED, STUB
 from course.grading import instrument as instrumenting
 from course.grading import kernel, verdict
 from course.grading.merging import (
     ORIGIN,
+    _normal,
     check_calls,
     check_module,
     exercises,
@@ -106,6 +107,7 @@ def grade_notebook(
     flagged: dict[str, list[str]] = {}
     broken: dict[str, str] = {}  # check -> "SyntaxError at line N: ..."
     code_answers = [i for i in merged.answers if graded.cells[i].cell_type == "code"]
+    untouched = _untouched(template, merged, calls)
     for call in calls:
         mine = sorted(graph.closure({call.cell}) & student)
         answer = max((i for i in code_answers if i < call.cell), default=None)
@@ -142,6 +144,15 @@ def grade_notebook(
     finally:
         kernel.remove_scratch(scratch)
     for result in results:
+        if result.check in untouched and result.check not in flagged:
+            # Decided from the hand-in alone: whatever happened in the run (a dead kernel, a
+            # classmate's load, the grader's fault) an exercise left as handed out is not started.
+            result.status = NOT_IMPLEMENTED
+            result.message = (
+                f"⏳ Exercise {result.exercise}: not started (its answer cell is as handed out: "
+                "replace the `raise NotImplementedError` with your code)"
+            )
+            continue
         why = broken.get(result.check)
         if why and result.check not in flagged:
             result.status = ERROR
@@ -159,6 +170,29 @@ def grade_notebook(
     for result in results:
         result.seconds = round(run.seconds, 1)
     return results
+
+
+def _untouched(template: nbformat.NotebookNode, merged, calls) -> set[str]:  # noqa: ANN001
+    """The checks whose exercise the student left as handed out: every answer cell between the
+    previous check cell and its own is the template's stub, unchanged, and the student added no
+    code cell there."""
+    graded = merged.notebook
+    found = set()
+    cells = sorted({call.cell for call in calls})
+    for previous, cell in zip([-1, *cells], cells, strict=False):
+        span = range(previous + 1, cell)
+        mine = [i for i in merged.answers if i in span and graded.cells[i].cell_type == "code"]
+        if not mine or any(i in span for i in merged.added):
+            continue
+        if all(
+            i in merged.template_index
+            and STUB.search(graded.cells[i].source)
+            and _normal(graded.cells[i].source)
+            == _normal(template.cells[merged.template_index[i]].source)
+            for i in mine
+        ):
+            found |= {call.check for call in calls if call.cell == cell}
+    return found
 
 
 def grade_file(

@@ -59,10 +59,21 @@ OFFLINE_ENV = {
     "MPLBACKEND": "Agg",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
-# Variables of the grader's own environment that must not reach the student's process.
-DROPPED_ENV = ("COURSE_CHECK_REPLAY_EVERYWHERE", "PYTHONPATH", "COURSE_GRADING_RECORDS")
-# ...nor the grader's secrets (a student's stderr reaches its feedback as "last words").
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY")
+# Variables passed on from the grader's environment when set, one by one (every other variable
+# of the student's process is set here): which model and device the notebooks use, and the
+# read-only data mirror. Nothing else of the grader's environment reaches a student.
+PASSED_ON = ("COURSE_DATA_MIRROR", "COURSE_MODEL", "COURSE_DEVICE", "COURSE_BF16")
+# Per-run writable caches, inside the student's scratch: variable -> folder name.
+CACHES = {
+    "XDG_CACHE_HOME": "cache",
+    "TORCHINDUCTOR_CACHE_DIR": "cache/torchinductor",
+    "TRITON_CACHE_DIR": "cache/triton",
+    "MPLCONFIGDIR": "cache/matplotlib",
+    "TORCH_HOME": "cache/torch",
+    "HF_DATASETS_CACHE": "cache/hf-datasets",
+    "HF_ASSETS_CACHE": "cache/hf-assets",
+}
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 NN_SECTION = "# --- from solutions/"
 
 
@@ -235,6 +246,14 @@ class Run:
     seconds: float = 0.0
 
 
+def limits_text(memory_gb: float = DEFAULT_MEMORY_GB) -> str:
+    """The limits each run gets here, as the setup check reports them (and no other)."""
+    return (
+        f"{memory_gb:g} GB address space per process, a time limit per cell and a deadline per "
+        "notebook"
+    )
+
+
 def _limit(memory_gb: float) -> None:
     limit = int(memory_gb * 1024**3)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -288,8 +307,6 @@ def run(
     """Execute ``notebook`` in ``scratch`` (which holds the private course copy); wait for its end."""
     import nbformat
 
-    from course.grading.instrument import RECORDS_ENV
-
     choice = sandbox.choose()
     records = scratch / "records"
     records.mkdir()
@@ -297,35 +314,14 @@ def run(
     nbformat.write(notebook, path)
     # What the student's process may write (its uid owns them when the grader is root); the
     # rest of the scratch (its course copy, this notebook) it sees read-only.
-    writable = [records, log, scratch / "tmp", scratch / ".ipython"]
+    writable = [records, log, scratch / "tmp", scratch / ".ipython", *_caches(scratch).values()]
     sandbox.prepare(choice, scratch, writable)
     token = secrets.token_hex(16)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in DROPPED_ENV and not any(word in k.upper() for word in SECRET_WORDS)
-    }
-    env.update(OFFLINE_ENV)
-    env.update(
-        {
-            TOKEN_ENV: token,
-            RECORDS_ENV: str(records),
-            "PYTHONPATH": str(scratch),
-            "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR") or str(ROOT / "data"),
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "IPYTHONDIR": str(scratch / ".ipython"),
-            # Never the grader's temp folder (where the class's hand-ins are unpacked).
-            "TMPDIR": "/tmp" if choice.isolated else str(scratch / "tmp"),
-            "HOME": str(scratch),
-        }
-    )
-    hub = sandbox.hf_home()
-    if hub is not None:  # HOME changed: say where the prepared models are
-        env["HF_HOME"] = str(hub)
+    env = student_env(choice, scratch, token, threads)
+    inside = lambda p: str(sandbox.seen(choice, scratch, p))  # noqa: E731 - as the student sees it
     command = sandbox.prefix(choice, scratch, writable)
-    command += [sys.executable, "-S", "-c", PARENT, sys.executable, "-c", STUDENT]
-    command += [str(path), str(log), str(int(default_timeout_s))]
+    command += [str(sandbox.interpreter()), "-S", "-c", PARENT, str(sandbox.interpreter()), "-c"]
+    command += [STUDENT, inside(path), inside(log), str(int(default_timeout_s))]
     info_read, info_write = os.pipe() if choice.isolated else (None, None)
     if info_write is not None:  # bwrap says the sandbox's first pid there: its PID namespace
         command[1:1] = ["--info-fd", str(info_write)]
@@ -366,6 +362,49 @@ def run(
     if deadline:
         result.end = "deadline"
     return result
+
+
+def _caches(scratch: Path) -> dict[str, Path]:
+    return {name: scratch / folder for name, folder in CACHES.items()}
+
+
+def student_env(choice: sandbox.Choice, scratch: Path, token: str, threads: int = 1) -> dict:
+    """The student's whole environment: an allow-list, each variable named here.
+
+    PATH (the venv first), a fixed locale, a private HOME and TMPDIR, the thread settings, the
+    offline switches, the grading token and records folder, the course copy on PYTHONPATH,
+    per-run writable caches in the scratch (torch inductor, triton, matplotlib, the writable
+    Hugging Face folders), the prepared model cache read-only (``HF_HOME``), and the few
+    course variables of :data:`PASSED_ON`. Whatever the grader's process holds or sets at run
+    time (torch writes ``TORCHINDUCTOR_CACHE_DIR`` into it) never reaches a student.
+    """
+    from course.grading.instrument import RECORDS_ENV
+
+    inside = lambda p: str(sandbox.seen(choice, scratch, p))  # noqa: E731
+    bin_folder = sandbox.interpreter().parent
+    env = {
+        "PATH": f"{bin_folder}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": inside(scratch),
+        # Never the grader's temp folder (where the class's hand-ins are unpacked).
+        "TMPDIR": "/tmp" if choice.isolated else str(scratch / "tmp"),
+        **OFFLINE_ENV,
+        **{name: str(threads) for name in THREAD_VARIABLES},
+        TOKEN_ENV: token,
+        RECORDS_ENV: inside(scratch / "records"),
+        "PYTHONPATH": inside(scratch),
+        "IPYTHONDIR": inside(scratch / ".ipython"),
+        "COURSE_DATA_DIR": str(Path(os.environ.get("COURSE_DATA_DIR") or ROOT / "data").resolve()),
+        **{name: inside(path) for name, path in _caches(scratch).items()},
+    }
+    hub = sandbox.hf_home()
+    if hub is not None:  # HOME changed: say where the prepared models are (read-only)
+        env["HF_HOME"] = str(hub)
+    for name in PASSED_ON:
+        if os.environ.get(name, "").strip():
+            env[name] = os.environ[name]
+    return env
 
 
 class _Namespace:

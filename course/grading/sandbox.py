@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -80,9 +81,13 @@ def _setpriv(uid: int) -> list[str]:
     ]
 
 
+VIEW = Path("/grading")  # where the student sees its scratch folder inside bubblewrap
+
+
 def readable_roots() -> list[Path]:
-    """What the student's interpreter needs read-only: the Python installation and the venv,
-    ``/usr`` and the prepared data and model files (never the grader's checkout as such)."""
+    """What the student's interpreter needs read-only, by resolved real path: the Python
+    installation and the venv, ``/usr`` and the prepared data and model files (never the
+    grader's checkout as such)."""
     roots = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
     roots.add(Path("/usr"))
     root = Path(__file__).resolve().parents[2]  # the checkout (kernel.ROOT), without a circle
@@ -98,6 +103,14 @@ def readable_roots() -> list[Path]:
     return sorted(r for r in roots if r.exists() and r != root)
 
 
+def interpreter() -> Path:
+    """The venv's interpreter under the venv's resolved real path (the path bound in the
+    sandbox): the venv's own ``bin/python``, not the base interpreter it links to, so that the
+    venv's site-packages stay in use."""
+    mine = Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name
+    return mine if mine.exists() else Path(sys.executable).resolve()
+
+
 def hf_home() -> Path | None:
     """The grader's Hugging Face cache folder (models prepared for the notebooks), if any."""
     raw = os.environ.get("HF_HOME") or os.path.join(
@@ -107,104 +120,204 @@ def hf_home() -> Path | None:
     return path if path.is_dir() else None
 
 
+def seen(choice: Choice, scratch: Path, path: Path) -> Path:
+    """``path`` (inside ``scratch``) as the student's process sees it: under :data:`VIEW` in
+    bubblewrap, where the grader's own temp folder is never named; else the path itself."""
+    if choice.kind != "bwrap":
+        return Path(path)
+    return VIEW / Path(path).resolve().relative_to(Path(scratch).resolve())
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One entry of the sandbox's mount plan: ``dest`` as the student sees it."""
+
+    kind: str  # ro, rw, symlink, proc, dev
+    dest: Path
+    source: Path | str | None = None
+
+
+def plan(scratch: Path, writable: list[Path] = ()) -> list[Mount]:
+    """The sandbox's mounts in the order they are made, derived rather than assumed.
+
+    A mount is made after every mount above it (by path), so that none hides another: the
+    private ``/tmp`` comes before a venv that lives under ``/tmp``. The folders above each
+    mount point are made, mode 0755, right before it (see :func:`words`), so the student uid can
+    pass them whatever bwrap's defaults are. The scratch is seen at :data:`VIEW`.
+    """
+    scratch = Path(scratch).resolve()
+    mounts: list[Mount] = []
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = Path("/") / name
+        if top.is_symlink():
+            mounts.append(Mount("symlink", top, os.readlink(top)))
+        elif top.is_dir():
+            mounts.append(Mount("ro", top, top))
+    mounts += [Mount("ro", root, root) for root in readable_roots()]
+    mounts += [Mount("ro", Path("/etc") / n, Path("/etc") / n) for n in ETC]
+    mounts = [m for m in mounts if m.kind == "symlink" or Path(m.source).exists()]
+    mounts += [Mount("proc", Path("/proc")), Mount("dev", Path("/dev"))]
+    mounts.append(Mount("rw", Path("/tmp"), scratch / "tmp"))  # a private /tmp, in the scratch
+    mounts.append(Mount("ro", VIEW, scratch))
+    for path in writable:
+        path = Path(path).resolve()
+        if path != scratch / "tmp":
+            mounts.append(Mount("rw", VIEW / path.relative_to(scratch), path))
+    mounts.append(Mount("rw", VIEW / "tmp", scratch / "tmp"))
+    # Shallower mount points first (a stable sort keeps the order above among equals).
+    return sorted(mounts, key=lambda m: len(m.dest.parts))
+
+
+def words(mounts: list[Mount]) -> list[str]:
+    """bwrap's words for a plan: each mount preceded by the folders above it, mode 0755."""
+    out: list[str] = []
+    for mount in mounts:
+        for parent in reversed(mount.dest.parents[:-1]):
+            out += ["--perms", "0755", "--dir", str(parent)]
+        if mount.kind == "symlink":
+            out += ["--symlink", str(mount.source), str(mount.dest)]
+        elif mount.kind in ("proc", "dev"):
+            out += [f"--{mount.kind}", str(mount.dest)]
+        else:
+            flag = "--ro-bind" if mount.kind == "ro" else "--bind"
+            out += [flag, str(mount.source), str(mount.dest)]
+    return out
+
+
 def prefix(
     choice: Choice, scratch: Path, writable: list[Path] = (), chdir: Path | None = None
 ) -> list[str]:
-    """The words before the student's command: it sees ``scratch`` read-only and may write only
-    the ``writable`` paths in it (``scratch/tmp`` is also its ``/tmp``). Empty for ``none``."""
+    """The words before the student's command: it sees ``scratch`` read-only (at :data:`VIEW`
+    in bubblewrap) and may write only the ``writable`` paths in it (``scratch/tmp`` is also its
+    ``/tmp``). Empty for ``none``. ``chdir`` is given as the grader names it."""
     if choice.kind == "none":
         return []
     if choice.kind == "uid":
         return _setpriv(choice.uid)
     scratch = Path(scratch).resolve()
-    words = [shutil.which("bwrap") or "bwrap"]
-    words += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
-    words += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
-    if os.geteuid() != 0:
-        words.append("--unshare-user")  # the grader's own uid, mapped: namespaces need it
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        top = Path("/") / name
-        if top.is_symlink():
-            words += ["--symlink", os.readlink(top), str(top)]
-        elif top.is_dir():
-            words += ["--ro-bind", str(top), str(top)]
-    roots = readable_roots()
-    made: set[Path] = set()
-    for path in roots:  # the folders above each bound path, open to its uid
-        words += _folders_above(path, made)
-    for root in roots:
-        words += ["--ro-bind", str(root), str(root)]
-    for name in ETC:
-        path = Path("/etc") / name
-        if path.exists():
-            words += ["--ro-bind", str(path), str(path)]
-    words += ["--proc", "/proc", "--dev", "/dev"]
     (scratch / "tmp").mkdir(exist_ok=True)
-    words += ["--bind", str(scratch / "tmp"), "/tmp"]  # a private /tmp, inside the scratch
-    # After it: a scratch under /tmp (the usual TMPDIR) gets its folders inside the private one.
-    words += _folders_above(scratch, made - {Path("/tmp")})
-    words += ["--ro-bind", str(scratch), str(scratch)]
-    for path in [scratch / "tmp", *writable]:
-        path = Path(path).resolve()
-        words += ["--bind", str(path), str(path)]
-    words += ["--chdir", str(chdir or scratch / "tmp")]
+    out = [bwrap() or "bwrap"]
+    out += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+    out += ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if os.geteuid() != 0:
+        out.append("--unshare-user")  # the grader's own uid, mapped: namespaces need it
+    out += words(plan(scratch, list(writable)))
+    out += ["--chdir", str(seen(choice, scratch, chdir or scratch / "tmp"))]
     if choice.uid is not None:
         # The mounts are made as root; then the student's interpreter runs as its own uid.
-        words += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--", *_setpriv(choice.uid)]
+        out += ["--cap-add", "CAP_SETUID,CAP_SETGID", "--", *_setpriv(choice.uid)]
     else:
-        words.append("--")
-    return words
+        out.append("--")
+    return out
 
 
-def _folders_above(path: Path, made: set[Path]) -> list[str]:
-    """bwrap words creating the folders above ``path`` (mode 0755, else bwrap makes them 0700
-    and the student's uid could not pass) that ``made`` does not hold yet; adds them to it."""
-    words = []
-    for parent in reversed(path.parents[:-1]):
-        if parent not in made:
-            made.add(parent)
-            words += ["--perms", "0755", "--dir", str(parent)]
-    return words
+def bwrap() -> str | None:
+    """The bubblewrap executable on PATH, or None."""
+    return shutil.which("bwrap")
 
 
-def _works(words: list[str]) -> bool:
+def _works(words: list[str]) -> str | None:
+    """None when the interpreter runs behind ``words``, else what went wrong (one line)."""
     try:
         done = subprocess.run(
-            [*words, sys.executable, "-S", "-c", "pass"],
+            [*words, str(interpreter()), "-S", "-c", "pass"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=60,
         )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"{type(error).__name__}: {error}"
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
+    return said[-1][:300] if said else f"exit status {done.returncode}"
 
 
 @lru_cache(maxsize=1)
 def choose() -> Choice:
-    """The strongest boundary this machine allows, tried once per process (a ~50 ms probe)."""
+    """The strongest boundary this machine allows, tried once per process (a ~50 ms probe).
+
+    As root it is never ``none`` unless ``COURSE_SANDBOX=0``: without bubblewrap the student's
+    code runs as a uid of its own, and where that uid cannot run the interpreter the setup check
+    (:mod:`course.grading.setup`) refuses to grade and says why."""
     import tempfile
 
     if os.environ.get(SANDBOX_ENV, "").strip().lower() in ("0", "off", "no", "false"):
         return Choice("none", None, f"{SANDBOX_ENV}=0")
     root = os.geteuid() == 0
     uid = _student_uid() if root else None
-    if shutil.which("bwrap") is None:
+    if bwrap() is None:
         why = "bubblewrap is not installed (apt-get install bubblewrap)"
     else:
         with tempfile.TemporaryDirectory(prefix="course-sandbox-probe-") as scratch:
             choice = Choice("bwrap", uid, "bubblewrap")
             prepare(choice, Path(scratch), [])
-            if _works(prefix(choice, Path(scratch))):
+            failed = _works(prefix(choice, Path(scratch)))
+            if failed is None:
                 return choice
-        why = "bubblewrap cannot create namespaces here (user namespaces or mounts refused)"
+        problems = unreachable(choice)
+        if problems:  # bwrap works, the student uid cannot run the interpreter: say so
+            return Choice("bwrap", uid, f"bubblewrap; but {problems[0]}")
+        why = f"bubblewrap failed here: {failed}"
     if root:
         # Without a PID namespace the clean-up kills every process of the uid: one uid per
         # grading process, so that two notebooks graded at once never share one.
         uid = int(os.environ.get(UID_ENV) or 100000 + os.getpid() % 100000)
-        if _works(_setpriv(uid)):
-            return Choice("uid", uid, f"{why}; the student's code runs as uid {uid} only")
+        return Choice("uid", uid, f"{why}; the student's code runs as uid {uid} only")
     return Choice("none", None, why)
+
+
+def _can(uid: int, info: os.stat_result, bits: int) -> bool:
+    """Whether ``uid`` (in no group of the owner's) has ``bits`` (of 0o7) on a file."""
+    if uid == 0:
+        return True
+    if info.st_uid == uid:
+        return (info.st_mode >> 6) & bits == bits
+    return info.st_mode & bits == bits
+
+
+def unreachable(choice: Choice) -> list[str]:
+    """Why the student uid of ``choice`` cannot run the interpreter or reach its scratch, as
+    sentences (empty: it can). In bubblewrap only the real folders inside a bound tree count:
+    the folders above each mount point are made 0755 by the plan."""
+    import tempfile
+
+    if choice.uid is None:
+        return []
+    roots = readable_roots() if choice.kind == "bwrap" else []
+    what = {
+        interpreter(): "execute the interpreter",
+        Path(os.path.realpath(interpreter())): "execute the interpreter",
+    }
+    if choice.kind == "uid":  # its scratch folders are made in the grader's temp folder
+        what[Path(tempfile.gettempdir()).resolve()] = "reach its scratch folder in"
+    found = []
+    for target, doing in what.items():
+        top = next((r for r in roots if target == r or r in target.parents), None)
+        chain = [*reversed(target.parents), target] if doing.startswith("reach") else []
+        chain = chain or list(reversed(target.parents))
+        for folder in chain:
+            if top is not None and folder != top and top not in folder.parents:
+                continue  # above a mount point: made 0755 by the plan
+            try:
+                info = folder.stat()
+            except OSError:
+                continue
+            if not _can(choice.uid, info, 0o1):
+                mode = f"{stat.S_IMODE(info.st_mode):o}"
+                found.append(
+                    f"the student uid {choice.uid} cannot {doing} {target}: {folder} is mode "
+                    f"{mode} (owner uid {info.st_uid})"
+                )
+                break
+        else:
+            if doing.startswith("execute"):
+                try:
+                    if not _can(choice.uid, target.stat(), 0o5):
+                        found.append(f"the student uid {choice.uid} cannot {doing} {target}")
+                except OSError:
+                    pass
+    return list(dict.fromkeys(found))
 
 
 def notice(choice: Choice | None = None) -> str | None:
