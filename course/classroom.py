@@ -46,7 +46,7 @@ import nbformat
 
 from course import grading, handins
 from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
-from course.grading import ExerciseResult, output, setup
+from course.grading import ExerciseResult, names, output, setup
 from course.grading.points import Line, decide, flags_text, total
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,8 +338,8 @@ def _plan(
             continue
         path = None
         if chosen is not None:
-            path = scratch / _safe(handin.student) / template.stem / template.name
-            path.parent.mkdir(parents=True)
+            # A folder of its own per hand-in, whatever the student's name (never shared).
+            path = Path(tempfile.mkdtemp(dir=scratch, prefix="handin-")) / template.name
             path.write_bytes(chosen.data)
         plan.append((template, path, timeout_s, memory_gb, threads, seed))
     return plan
@@ -516,6 +516,7 @@ def progress(
         lines.append(f"{'(written)':<32} {qid:<8} ✍ {state} (graded by your instructor)")
     for stem, note in graded.handin.notes.items():
         lines.append(f"note: {stem}: {note}")
+    lines += [f"note: `{w}` was not read: a hidden or system entry" for w in graded.handin.skipped]
     lines += [f"note: {p}" for p in graded.handin.problems]
     lines.append(f"passed: {passed} of {total} exercises")
     return passed, total, "\n".join(lines)
@@ -560,9 +561,10 @@ def feedback(
     if flagged:
         lines.append(f"⚠️ **Flagged for your instructor**, who will review it: {flagged}.")
     handin = graded.handin
-    if handin.problems or handin.ignored:
+    if handin.problems or handin.ignored or handin.skipped:
         lines += ["", "## Your hand-in", ""]
         lines += [f"- {p}" for p in handin.problems]
+        lines += [f"- `{w}` was not read: a hidden or system entry" for w in handin.skipped]
         lines += [
             f"- `{w}` was not graded: it is no notebook of this course" for w in handin.ignored
         ]
@@ -652,16 +654,28 @@ def grade_class(
         everyone = class_handins(submissions, templates)
         manual = load_manual(manual_file, items, [h.student for h in everyone])
 
+        skipped = [
+            f"{name} (a hidden or system entry of the class folder)"
+            for name in (handins.skipped_entries(submissions))
+        ]
+        for handin in everyone:
+            skipped += [f"{handin.student}: {where}" for where in handin.skipped]
+        for line in skipped:
+            log(names.text(f"skipped: {line}"))
+
         def say(graded: Graded) -> None:
             score = total(scored(graded, points, manual.get(graded.student, {}), asked))[0]
             log(
-                f"{graded.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
-                f"{len(graded.results)} exercises passed (done at {graded.seconds:.0f} s)"
+                names.text(
+                    f"{graded.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
+                    f"{len(graded.results)} exercises passed (done at {graded.seconds:.0f} s)"
+                )
             )
 
         graded = grade_handins(everyone, templates, jobs, timeout_s, memory_gb, say)
     # Every student process has ended: OUT is written now, by the grader alone, in one go.
     files: dict[str, str] = {}
+    file_names, collided = names.file_names([g.student for g in graded])
     with io.StringIO(newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["student", *items, "total", "flags"])
@@ -671,19 +685,24 @@ def grade_class(
             by_id = {x.item: x.earned for x in decided}
             cells = ["" if by_id.get(c) is None else f"{by_id[c]:g}" for c in items]
             earned = total(decided)[0]
-            writer.writerow([g.student, *cells, f"{earned:g}", flags_text(decided)])
-            files[f"feedback/{_safe(g.student)}.md"] = feedback(g, points, mine, asked)
+            flags = flags_text(decided)
+            feedback_file = f"feedback/{file_names[g.student]}.md"
+            if g.student in collided:  # named in both rows: whose file is whose
+                others = ", ".join(collided[g.student])
+                note = f"file name shared with {others}: this student's feedback is {feedback_file}"
+                flags = f"{flags}; {note}" if flags else note
+            row = [g.student, *cells, f"{earned:g}", flags]
+            writer.writerow([names.csv_cell(cell) for cell in row])
+            files[feedback_file] = names.text(feedback(g, points, mine, asked))
         files["grades.csv"] = file.getvalue()
-    files.update(written_files(graded, asked))
+    if skipped:
+        files["skipped.txt"] = names.text("".join(f"{line}\n" for line in skipped))
+    files.update({k: names.text(v) for k, v in written_files(graded, asked).items()})
     output.write_tree(out, files)
     changed = output.verify(out)
     if changed:
         raise RuntimeError(f"{out} changed while it was written: {'; '.join(changed[:5])}")
     return {g.student: g.results for g in graded}
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[/\\\x00]", "_", name)
 
 
 def _unpack_class(archive: Path, into: Path) -> Path:
@@ -695,7 +714,7 @@ def _unpack_class(archive: Path, into: Path) -> Path:
     if problems and not found:
         raise ConfigError("; ".join(problems))
     for f in found:
-        inner = f.where.split(":", 1)[1]
+        inner = f.raw.replace("\x00", "_")  # the entry's own name; shown escaped when read back
         target = into / inner.replace("\\", "/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(f.data)
@@ -835,7 +854,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.dir.exists():
                 print(f"{args.dir} does not exist", file=sys.stderr)
                 return 2
-            print(progress(args.dir, args.jobs, templates_dir=args.templates)[2])
+            print(names.text(progress(args.dir, args.jobs, templates_dir=args.templates)[2]))
         elif args.command == "grade":
             start = time.time()
             graded = grade_class(
@@ -864,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if changed else 0
         elif args.command == "autograde":
             report = autograde(args.root)
-            print(report["output"])
+            print(names.text(report["output"]))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

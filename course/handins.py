@@ -44,6 +44,7 @@ from pathlib import Path, PurePosixPath
 
 from course.contract import STUB
 from course.grading.limits import MAX_FILE_BYTES, NotebookRefused, normalise, source_text
+from course.grading.names import shown
 
 MAX_BYTES = 400 * 1024**2  # everything read from one hand-in, zips inflated
 MAX_ENTRIES = 2000  # entries of one zip
@@ -75,6 +76,7 @@ class Found:
     readable: bool = True
     stubs_left: int = 0
     problem: str = ""  # why it is not readable: not JSON, too large (course.grading.limits)
+    raw: str = ""  # a zip entry's own name, as stored (``where`` shows it escaped)
 
     @property
     def name(self) -> str:
@@ -90,6 +92,7 @@ class Handin:
     notes: dict[str, str] = field(default_factory=dict)  # template stem -> why this file
     problems: list[str] = field(default_factory=list)  # refused entries, unreadable zips, ...
     ignored: list[str] = field(default_factory=list)  # notebooks that are no course notebook
+    skipped: list[str] = field(default_factory=list)  # hidden or system entries not read
 
 
 # --- recognising a notebook ------------------------------------------------------------------
@@ -219,7 +222,12 @@ def _why(best: Found, runner_up: Found) -> str:
             f"same modification time: the one with fewer unanswered stubs comes first "
             f"({best.stubs_left} against {runner_up.stubs_left})"
         )
-    return "same content and time: the last by path, to be repeatable"
+    if best.data == runner_up.data:
+        return "identical content and modification time: the later by its place, to be repeatable"
+    return (
+        "same modification time and as many unanswered stubs, different content: the later by "
+        "its place, to be repeatable; your instructor may check which one you meant"
+    )
 
 
 # --- reading files, folders and zips ---------------------------------------------------------
@@ -250,6 +258,7 @@ def read_zip(
     problems: list[str],
     depth: int = 1,
     expand: bool = True,
+    skipped: list[str] | None = None,
 ) -> list[Found]:
     """The notebooks in a zip (and in zips inside it), read in memory within the limits.
 
@@ -265,16 +274,25 @@ def read_zip(
     if len(entries) > MAX_ENTRIES:
         problems.append(f"`{where}` refused: {len(entries)} entries (at most {MAX_ENTRIES})")
         return found
+    count: dict[str, int] = {}
+    for info in entries:
+        count[info.filename] = count.get(info.filename, 0) + 1
+    seen: dict[str, int] = {}
     for info in entries:
         name = info.filename
         lower = name.lower()
         if info.is_dir() or not lower.endswith((".ipynb", ".zip")):
             continue
-        inner = f"{where}:{name}"
+        seen[name] = seen.get(name, 0) + 1
+        inner = f"{where}:{shown(name)}"
+        if count[name] > 1:  # one name, several entries: each named by its place in the zip
+            inner += f" (entry {seen[name]} of {count[name]} so named)"
         if _unsafe(name):
             problems.append(f"`{inner}` refused: an absolute path or `..` in a zip")
             continue
-        if _skipped(PurePosixPath(name).parts):
+        if _skipped(PurePosixPath(name.replace("\\", "/")).parts):
+            if skipped is not None:
+                skipped.append(inner)
             continue
         if stat.S_ISLNK(info.external_attr >> 16):
             problems.append(f"`{inner}` refused: a link")
@@ -299,27 +317,42 @@ def read_zip(
             if depth >= MAX_DEPTH:
                 problems.append(f"`{inner}` refused: zips nested more than {MAX_DEPTH} deep")
             else:
-                found += read_zip(content, inner, budget, problems, depth + 1)
+                found += read_zip(content, inner, budget, problems, depth + 1, True, skipped)
         else:
-            found.append(Found(inner, content, modified))
+            raw = name
+            if count[name] > 1:  # each entry its own file when a class zip is unpacked
+                stem, dot, suffix = name.rpartition(".")
+                raw = f"{stem} (entry {seen[name]} of {count[name]} so named){dot}{suffix}"
+            found.append(Found(inner, content, modified, raw=raw))
     return found
 
 
-def read_paths(paths: Iterable[Path], base: Path) -> tuple[list[Found], list[str]]:
-    """Every notebook in ``paths`` (files, folders searched recursively, zips)."""
+def read_paths(
+    paths: Iterable[Path], base: Path, skipped: list[str] | None = None
+) -> tuple[list[Found], list[str]]:
+    """Every notebook in ``paths`` (files, folders searched recursively, zips); the hidden and
+    system entries left unread are added to ``skipped`` (shown, for the report)."""
     budget, problems, found = _Budget(), [], []
+    skipped = [] if skipped is None else skipped
     files: list[Path] = []
     for path in paths:
         if path.is_symlink():
-            problems.append(f"`{path.relative_to(base)}` refused: a link")
+            problems.append(f"`{shown(path.relative_to(base))}` refused: a link")
         elif path.is_dir():
             for folder, dirs, names in os.walk(path):
+                here = Path(folder)
+                skipped += [shown((here / d).relative_to(base)) for d in dirs if _skipped([d])]
+                skipped += [
+                    shown((here / n).relative_to(base))
+                    for n in names
+                    if n.startswith(".") and n.lower().endswith((".ipynb", ".zip"))
+                ]
                 dirs[:] = sorted(d for d in dirs if not _skipped([d]))
-                files += [Path(folder) / n for n in sorted(names) if not n.startswith(".")]
+                files += [here / n for n in sorted(names) if not n.startswith(".")]
         else:
             files.append(path)
     for path in files:
-        where = str(path.relative_to(base))
+        where = shown(path.relative_to(base))
         if not path.name.lower().endswith((".ipynb", ".zip")):
             continue
         if path.is_symlink():
@@ -331,7 +364,7 @@ def read_paths(paths: Iterable[Path], base: Path) -> tuple[list[Found], list[str
             continue
         data = path.read_bytes()
         if path.name.lower().endswith(".zip"):
-            found += read_zip(data, where, budget, problems)
+            found += read_zip(data, where, budget, problems, skipped=skipped)
         else:
             found.append(Found(where, data, path.stat().st_mtime))
     return found, problems
@@ -339,19 +372,28 @@ def read_paths(paths: Iterable[Path], base: Path) -> tuple[list[Found], list[str
 
 def read_handin(student: str, paths: list[Path], base: Path, stems: Iterable[str]) -> Handin:
     """One student's hand-in (folders, notebooks, zips) with a file chosen per notebook."""
-    found, problems = read_paths(paths, base)
+    skipped: list[str] = []
+    found, problems = read_paths(paths, base, skipped)
     handin = choose(found, stems)
     handin.student = student
     handin.problems = problems + handin.problems
+    handin.skipped = skipped
     return handin
 
 
+def skipped_entries(submissions: Path) -> list[str]:
+    """The entries of a class folder :func:`students` does not read (hidden or system ones,
+    ``.x``, ``__MACOSX``), shown: the report lists them."""
+    return [shown(p.name) for p in sorted(submissions.iterdir()) if p.name.startswith((".", "__"))]
+
+
 def students(submissions: Path) -> dict[str, list[Path]]:
-    """Each student's paths in a class folder (module docstring), sorted by student."""
+    """Each student's paths in a class folder (module docstring), sorted by student. A student
+    is keyed by :func:`~course.grading.names.shown` of its name: one-to-one, printable."""
     groups: dict[str, list[Path]] = {}
     for path in sorted(submissions.iterdir()):
         if path.name.startswith((".", "__")):
-            continue
+            continue  # reported by skipped_entries
         who = path.name
         moodle = MOODLE.match(path.name)
         canvas = CANVAS.match(path.name) if path.is_file() else None
@@ -359,5 +401,5 @@ def students(submissions: Path) -> dict[str, list[Path]]:
             who = moodle.group("who")
         elif canvas:
             who = f"{canvas.group('who')}_{canvas.group('uid')}"
-        groups.setdefault(who, []).append(path)
+        groups.setdefault(shown(who), []).append(path)
     return dict(sorted(groups.items()))
