@@ -34,6 +34,21 @@ from course.grading.verdict import ExerciseResult
 
 DEFAULT_TIMEOUT_S = 60  # per exercise: its answer cell, the cells it added, its check cell
 TEMPLATE_CELL_S = 300  # a cell of the template itself (loading a model, building data)
+# A hand-in's whole notebook is stopped at DEADLINE_FACTOR times its notebook's measured
+# grading cost (course.budgets.GRADING_COSTS, CPU seconds) plus DEADLINE_MARGIN_S, whatever it
+# adds (cells, processes): at most 295 s (notebook 08), within Gradescope's 10 minutes with the
+# setup check. An honest notebook needs its cost once (twice at Gradescope's half CPU).
+DEADLINE_FACTOR = 10
+DEADLINE_MARGIN_S = 180
+
+
+def deadline_s(number: int) -> float:
+    """The most a hand-in's notebook ``number`` may run, in seconds (see DEADLINE_FACTOR)."""
+    from course.budgets import GRADING_COSTS
+
+    costs = GRADING_COSTS["cpu_s"]
+    cost = costs.get(f"{number:02d}", max(costs.values()))
+    return DEADLINE_FACTOR * cost + DEADLINE_MARGIN_S
 
 
 def unreadable(
@@ -132,8 +147,10 @@ def grade_notebook(
         else max(timeout_s, TEMPLATE_CELL_S)
         for i in needed
     }
-    if budget_s is None:
-        budget_s = kernel.STARTUP_S + sum(timeouts.values())
+    if budget_s is None:  # the cells' own limits, never past the notebook's bound
+        budget_s = min(
+            kernel.STARTUP_S + sum(timeouts.values()), deadline_s(_number(name, template))
+        )
     runnable = instrumenting.instrument(graded, needed, seed, timeouts)
     scratch = kernel.scratch_folder()
     try:

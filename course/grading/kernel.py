@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.grading import sandbox
+from course.grading import runlimits, sandbox
 
 COURSE = Path(__file__).resolve().parents[1]  # the grader's own course package
 ROOT = COURSE.parent
@@ -244,13 +244,14 @@ class Run:
     # was killed)
     stderr: str = ""
     seconds: float = 0.0
+    limit: str | None = None  # the run's own limit that stopped it: "memory", "processes"
 
 
 def limits_text(memory_gb: float = DEFAULT_MEMORY_GB) -> str:
     """The limits each run gets here, as the setup check reports them (and no other)."""
     return (
-        f"{memory_gb:g} GB address space per process, a time limit per cell and a deadline per "
-        "notebook"
+        f"{runlimits.describe(memory_gb)}; {memory_gb:g} GB address space per process; a time "
+        "limit per cell and a deadline per notebook"
     )
 
 
@@ -320,8 +321,23 @@ def run(
     env = student_env(choice, scratch, token, threads)
     inside = lambda p: str(sandbox.seen(choice, scratch, p))  # noqa: E731 - as the student sees it
     command = sandbox.prefix(choice, scratch, writable)
-    command += [str(sandbox.interpreter()), "-S", "-c", PARENT, str(sandbox.interpreter()), "-c"]
-    command += [STUDENT, inside(path), inside(log), str(int(default_timeout_s))]
+    if choice.kind == "none":  # its parent, as the grader's uid: a kill of it is not the grader's
+        command += [str(sandbox.interpreter()), "-S", "-c", PARENT]
+    # In bwrap and uid modes the student's process is started directly: what waits for it (the
+    # sandbox's init, the grader) is out of its reach (another uid, or outside its namespace).
+    command += [str(sandbox.interpreter()), "-c", STUDENT]
+    command += [inside(path), inside(log), str(int(default_timeout_s))]
+    group = runlimits.create(int(memory_gb * 1024**3), float(threads))
+    nproc = choice.kind == "uid" and (group is None or "pids" not in group.folders)
+
+    def limit_child() -> None:  # between fork and exec: no threads, nothing to lock
+        _limit(memory_gb)
+        if nproc:  # a uid of its own per run: the per-uid process count is the run's
+            limit = runlimits.MAX_PROCESSES
+            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+        if group is not None:
+            group.join()
+
     info_read, info_write = os.pipe() if choice.isolated else (None, None)
     if info_write is not None:  # bwrap says the sandbox's first pid there: its PID namespace
         command[1:1] = ["--info-fd", str(info_write)]
@@ -336,7 +352,7 @@ def run(
             stderr=errors,
             start_new_session=True,
             pass_fds=() if info_write is None else (info_write,),
-            preexec_fn=lambda: _limit(memory_gb),  # noqa: PLW1509 - no threads forked
+            preexec_fn=limit_child,  # noqa: PLW1509 - no threads forked
         )
     namespace = _Namespace(info_read, info_write)
     deadline = False
@@ -344,15 +360,20 @@ def run(
         runner.wait(timeout=budget_s)
     except subprocess.TimeoutExpired:
         deadline = True
+    if group is not None:
+        group.kill()  # every process of the run, whatever its uid, session or namespace
     kill_all(token, runner.pid)  # whatever is left: the student's process, its children
     runner.wait()
     namespace.wait_empty()  # every process of the sandbox has ended (its PID namespace died)
     sandbox.kill_uid(choice)
     result = Run(records, seconds=time.time() - start)
     result.stderr = _tail(scratch / "stderr.txt")
-    # Its parent killed: a signal here, or bwrap's 128 + N for the child it ran (the parent
-    # passes on the student's own death as 256 - N, which stays "dead").
-    killed = runner.returncode < 0 or (choice.isolated and 128 < runner.returncode <= 192)
+    if group is not None:
+        result.limit = group.hit()
+        group.remove()
+    # (none mode) its parent killed: a signal here; the parent passes on the student's own
+    # death as 256 - N, which stays "dead".
+    killed = choice.kind == "none" and runner.returncode < 0
     result.end = "crash" if killed else "dead"  # until the log says otherwise
     for row in _jsonl(log):
         if isinstance(row.get("cell"), int):

@@ -252,6 +252,16 @@ def _missing(call: CheckCall, run: Run, student_cells: Iterable[int]) -> tuple[s
             "the check did not run: the process that ran your notebook was killed before it "
             f"finished{reason}"
         )
+    if run.end in ("dead", "crash") and run.limit == "memory":
+        return ERROR, (
+            "the kernel died before this check finished: the notebook went over its memory "
+            "limit for the whole run (/dev/shm included)"
+        )
+    if run.end in ("dead", "crash") and run.limit == "processes":
+        return ERROR, (
+            "the kernel died before this check finished: the notebook started more processes "
+            "than its limit for the whole run"
+        )
     if run.end == "dead" or check_row.get("status") == "started":
         return ERROR, "the kernel died before this check finished (memory limit or a crash)"
     if run.end == "complete" and check_row.get("status") == "ok":
