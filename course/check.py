@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from course import observe as obs
+from course import sealed
 from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
 from course.failure import CheckFailure, summarise_exception
 
@@ -63,6 +64,7 @@ class CheckResult:
     status: str
     message: str = ""
     hint: str | None = None
+    flags: tuple[str, ...] = ()  # for the instructor: the hand-in changed the check (scores 0)
 
     @property
     def passed(self) -> bool:
@@ -101,10 +103,11 @@ def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> Che
     """Run ``body`` in the current observation session; turn how it ended into a result."""
     exercise, title, hint = check.exercise, check.title, check.hint
     try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(obs.current().seed * 1_000_003 + check.seed)
+        with sealed.forked(obs.current().seed * 1_000_003 + check.seed):
             body(*args, **kwargs)
         return CheckResult(exercise, title, PASSED)
+    except sealed.Tampered as tampered:
+        return CheckResult(exercise, title, FAILED, tampered.reason, flags=(tampered.reason,))
     except NotImplementedError:
         return CheckResult(exercise, title, NOT_IMPLEMENTED)
     except CheckFailure as failure:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from course import sealed
 from course.failure import CheckFailure, summarise_exception
 
 LOCAL, PROBE, REPLAY = "local", "probe", "replay"
@@ -73,6 +74,7 @@ class Observation:
     hint: str | None = None
     error_type: str = ""  # the class name of what the student's code raised
     side_effects: list[str] = field(default_factory=list)  # global state the call changed
+    ran: str = ""  # course.sealed.fingerprint() of what the probe called
 
 
 @dataclass
@@ -163,11 +165,16 @@ def to_plain(value: Any) -> Any:
     """
     if type(value) in _EXACT or isinstance(value, Foreign):
         return value
-    if isinstance(value, torch.Tensor):
-        if value.device.type == "meta":
-            raise NotPlainData("a tensor on the meta device has no data; observe its .device")
-        plain = value.detach().to("cpu", copy=True).contiguous()
-        return plain if type(plain) is torch.Tensor else plain.as_subclass(torch.Tensor)
+    if isinstance(value, torch.Tensor):  # read so that no code of a subclass runs
+        try:
+            plain = sealed.plain_tensor(value)
+        except ValueError as error:
+            raise NotPlainData(str(error)) from None
+        if sealed.exact_type(value):
+            return plain
+        kind = type(value)
+        named = f"{kind.__module__}.{kind.__qualname__}, a subclass of torch.Tensor"
+        return Foreign(named, plain, "tensor")
     if isinstance(value, torch.Size):
         return tuple(int(v) for v in value)
     if isinstance(value, torch.dtype | torch.device):
@@ -183,7 +190,8 @@ def to_plain(value: Any) -> Any:
             return Foreign(type_name(value), value.item(), base.__name__ if base else "")
     if isinstance(value, bool | int | float | str):  # a subclass (an enum)
         base = next(t for t in (bool, int, float, str) if isinstance(value, t))
-        return Foreign(type_name(value), base(value), base.__name__)
+        convert = {int: int.__int__, float: float.__float__, str: str.__str__}[base]
+        return Foreign(type_name(value), convert(value), base.__name__)  # not the subclass's
     if type(value) in (tuple, list):
         items = [to_plain(v) for v in value]
         return tuple(items) if isinstance(value, tuple) else items
@@ -236,7 +244,7 @@ def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) ->
     if tag == "float" and body in ("nan", "inf", "-inf"):
         return float(body)
     if tag == "foreign" and isinstance(body, list) and len(body) == 3 and isinstance(body[0], str):
-        base = body[2] if body[2] in ("", "bool", "int", "float", "str") else ""
+        base = body[2] if body[2] in ("", "bool", "int", "float", "str", "tensor") else ""
         return Foreign(body[0][:200], _decode_tree(body[1], tensors, depth + 1), base)
     if tag == "tensor" and isinstance(body, str) and body in tensors:
         return tensors[body]
@@ -274,6 +282,7 @@ def encode(record: list[Observation]) -> bytes:
             "hint": o.hint,
             "error_type": o.error_type,
             "side_effects": o.side_effects,
+            "ran": o.ran,
         }
         for o in record
     ]
@@ -318,6 +327,7 @@ def decode(data: bytes) -> list[Observation]:
                 hint=None if hint is None else str(hint)[:4000],
                 error_type=str(row.get("error_type", ""))[:400],
                 side_effects=[e[:100] for e in effects],
+                ran=str(row.get("ran", ""))[:64],
             )
         )
     return record
@@ -347,25 +357,12 @@ class Absent:
         return f"<absent {object.__getattribute__(self, '_name')}>"
 
 
-def _global_state() -> dict[str, Any]:
-    return {
-        "grad mode": torch.is_grad_enabled(),
-        "inference mode": torch.is_inference_mode_enabled(),
-        "default dtype": torch.get_default_dtype(),
-    }
-
-
 _STATE_MESSAGES = {
     "grad mode": "switched gradient tracking (torch.set_grad_enabled / no_grad) and left it so",
     "inference mode": "left torch's inference mode switched on",
     "default dtype": "changed torch's default dtype (torch.set_default_dtype)",
     "random state": "drew from or reseeded torch's global random generator",
 }
-
-
-def _restore(state: dict[str, Any]) -> None:
-    torch.set_grad_enabled(state["grad mode"])
-    torch.set_default_dtype(state["default dtype"])
 
 
 def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
@@ -390,12 +387,15 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
         observation = state.record[index]
         if observation.what != what:
             raise ReplayMismatch(f"expected an observation of {what!r}, found {observation.what!r}")
+        sealed.verify(observation.ran)  # what ran in the student's process: ours
         return _raise_or_return(observation)
-    before = _global_state()
+    ran = sealed.fingerprint()
+    if state.mode == LOCAL:
+        sealed.verify(ran)
+    before = sealed.global_state()
     effects: list[str] = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(state.seed * 1_000_003 + 7919 * (index + 1))
-        rng_before = torch.random.get_rng_state()
+    with sealed.forked(state.seed * 1_000_003 + 7919 * (index + 1)):
+        rng_before = sealed.rng_state()
         try:
             observation = Observation(what, "value", to_plain(call()))
         except NotImplementedError:
@@ -411,13 +411,14 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
                 message=summarise_exception(exc, what),
                 error_type=",".join(c.__name__ for c in type(exc).__mro__),
             )
-        if not random and not torch.equal(torch.random.get_rng_state(), rng_before):
+        if not random and not sealed.same_rng(sealed.rng_state(), rng_before):
             effects.append("random state")
-    after = _global_state()
+    after = sealed.global_state()
     effects = [name for name in before if after[name] != before[name]] + effects
     if after != before:
-        _restore(before)
+        sealed.restore(before)
     observation.side_effects = effects
+    observation.ran = ran
     if state.mode == PROBE:
         state.record.append(observation)
     return _raise_or_return(observation)

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from course import forbidden as banned
 from course import properties as prop
 from course.check import exercise_check
 from course.observe import PROBE, StudentError, current, observe
@@ -115,6 +116,7 @@ class Spec:
     gradients: tuple[str, ...] = ()
     properties: tuple[Property, ...] = ()
     seed: int = 0
+    forbidden: tuple[str, ...] = ()  # built-ins the text forbids ("torch.softmax"): course.forbidden
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,11 @@ def _on(what: str, message: str) -> str:
 
 def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     """Apply every property of ``spec`` to ``student`` (see the module's docstring)."""
+    if spec.forbidden:  # the answer's own source, read as the grader reads the student's cells
+        source = observe(f"the source of {spec.name}", lambda: banned.source_of(student))
+        used = banned.uses(source, spec.forbidden) if judging() else []
+        if used:
+            raise prop.CheckFailure(banned.message(used, spec.forbidden), spec.hint)
     cases = list(spec.cases())
     random = spec.random == GLOBAL
     only = spec.keyword_only

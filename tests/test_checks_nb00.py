@@ -4,6 +4,7 @@ the property it violates named."""
 from __future__ import annotations
 
 import pytest
+import numpy as np
 import torch
 
 from course.checks import nb00
@@ -34,7 +35,9 @@ def _loop_over_rows(x, dim=-1):
 
 RIGHT = {
     "shift by the max": reference_softmax,
-    "torch.softmax": lambda x, dim=-1: torch.softmax(x, dim=dim),
+    "NumPy's exp and sum (0.1's text forbids only torch.softmax)": lambda x, dim=-1: (
+        lambda e: torch.from_numpy(e / e.sum(axis=dim, keepdims=True))
+    )(np.exp((x - x.amax(dim=dim, keepdim=True)).numpy())),
     "float64 inside": _float64_inside,
     "log-sum-exp": _logsumexp,
     "a loop over rows": _loop_over_rows,
@@ -51,21 +54,36 @@ def _in_place(x, dim=-1):
 
 def _grad_off(x, dim=-1):
     torch.set_grad_enabled(False)
-    return torch.softmax(x, dim)
+    return reference_softmax(x, dim)
 
 
 def _default_dtype(x, dim=-1):
     torch.set_default_dtype(torch.float64)
-    return torch.softmax(x, dim)
+    return reference_softmax(x, dim)
 
 
 def _reseeds(x, dim=-1):
     torch.manual_seed(0)
-    return torch.softmax(x, dim)
+    return reference_softmax(x, dim)
+
+
+def _calls_torch_softmax(x, dim=-1):
+    return torch.softmax(x, dim=dim)
+
+
+def _method_softmax(x, dim=-1):
+    return x.softmax(dim)
+
+
+def _module_softmax(x, dim=-1):
+    return torch.nn.Softmax(dim=dim)(x)
 
 
 # (wrong implementation, a phrase the message must contain): each family of issue 22.
 WRONG = {
+    "torch.softmax, which the text forbids": (_calls_torch_softmax, "`torch.softmax`"),
+    "the method spelling of torch.softmax": (_method_softmax, "`x.softmax`"),
+    "nn.Softmax": (_module_softmax, "`torch.nn.Softmax`"),
     "no max shift (numeric range)": (
         lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
         "numeric range",

@@ -55,6 +55,7 @@ softmax = check(
         reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
         cases=_cases,
         device=False,  # 0.1's text states no device (a NumPy softmax meets the text)
+        forbidden=("torch.softmax", "torch.nn.Softmax"),  # "Use only amax, exp, sum and arithmetic, not torch.softmax"
         hint="The exercise text says what softmax is: exponentiate, divide by the sum along `dim`; "
         "think about what exp does to large inputs.",
     )

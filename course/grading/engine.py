@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 
 from course.contract import ERROR, MISSING, NOT_IMPLEMENTED, STUB
+from course.forbidden import judge_sources
 from course.grading import instrument as instrumenting
 from course.grading import kernel, verdict
 from course.grading.merging import (
@@ -158,6 +159,9 @@ def grade_notebook(
         run = kernel.run(runnable, scratch, name, budget_s, timeout_s, memory_gb, threads)
         changed = guard.restore()
         results = verdict.verdicts(name, calls, run, seed, module, student_cells, flagged)
+        for result in results:  # a built-in the text forbids, read from the cells (checks' hook)
+            cells = [graded.cells[i].source for i in student_cells.get(result.check, [])]
+            judge_sources(result, getattr(module, result.check, None), cells)
     finally:
         kernel.remove_scratch(scratch)
     for result in results:

@@ -320,7 +320,11 @@ def verdicts(
             )
             continue
         status = verdict.status if verdict.status in (PASSED, FAILED, NOT_IMPLEMENTED) else ERROR
-        results.append(ExerciseResult(name, call.exercise, call.check, status, verdict.report()))
+        results.append(  # flags: the record says the hand-in changed the check (scored 0)
+            ExerciseResult(
+                name, call.exercise, call.check, status, verdict.report(), flags=[*verdict.flags]
+            )
+        )
     return results
 
 
