@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urljoin, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
 from urllib.request import urlopen
 
 import pytest
@@ -197,9 +197,7 @@ def test_cell_attachments_become_files_the_page_shows(tmp_path):
 
     import nbformat
 
-    cell = nbformat.v4.new_markdown_cell(
-        "![one](attachment:a b.png) and ![two](attachment:c.svg)"
-    )
+    cell = nbformat.v4.new_markdown_cell("![one](attachment:a b.png) and ![two](attachment:c.svg)")
     cell["attachments"] = {
         "a b.png": {"image/png": base64.b64encode(b"\x89PNG").decode()},
         "c.svg": {"image/svg+xml": ["<svg>", "</svg>"]},
@@ -454,7 +452,7 @@ def _outline_problems(driver, site: Path, page: str) -> list[str]:
     if len(outline) != len(headings):
         return [f"the outline has {len(outline)} entries, the notebook {len(headings)} headings"]
     problems = []
-    for i, ((level, text), (shown, parent)) in enumerate(zip(headings, outline)):
+    for i, ((level, _), (shown, parent)) in enumerate(zip(headings, outline, strict=True)):
         expected = next((j for j in range(i - 1, -1, -1) if headings[j][0] < level), -1)
         while expected >= 0 and TASK.match(headings[expected][1]):
             expected = next(
@@ -698,7 +696,7 @@ RAW_TEX_TEXT = re.compile(r"\\[A-Za-z]+|\\[()\[\]]|\$\$|\$[^$]*\\[^$]*\$")
 def _search(driver, base: str, query: str) -> list[list[str]]:
     """The results of the site's search page for ``query``, once every excerpt is shown:
     [link, title, excerpt]."""
-    _open(driver, urljoin(base, f"search.html?q={query}"))
+    _open(driver, urljoin(base, f"search.html?q={quote(query)}"))
     deadline = time.time() + 60
     while time.time() < deadline:
         state = driver.execute_script(SEARCH_JS)
@@ -715,7 +713,7 @@ def _search(driver, base: str, query: str) -> list[list[str]]:
 def test_search_lists_each_notebook_once_and_shows_no_raw_tex(browser, site):
     base = _server(ROOT / site)
     shown = {}  # query -> every title and excerpt of its results
-    for query in ("attention", "divide", "softmax"):
+    for query in ("attention", "divide", "softmax", "why divide by"):
         results = _search(browser, base, query)
         assert results, f"the search found nothing for {query!r}"
         hits: dict[tuple[str, str], set[str]] = {}
@@ -728,8 +726,11 @@ def test_search_lists_each_notebook_once_and_shows_no_raw_tex(browser, site):
         twice = {hit: folders for hit, folders in hits.items() if len(folders) > 1}
         assert not twice, f"{query!r}: the same hit from two pages of one notebook: {twice}"
         shown[query] = " ".join(title + " " + excerpt for _, title, excerpt in results)
-    # the formulas were there and became text: "Why divide by √dₖ?", "softmax(QKᵀ/√dₖ)"
+    # the formulas were there and became text: in an excerpt ("the scores are divided by
+    # √dₖ") and in a section's title ("02 · Scaled dot-product attention > Why divide by √dₖ?")
     assert "√" in shown["divide"], shown["divide"][:500]
+    titles = [title for _, title, _ in _search(browser, base, "why divide by")]
+    assert any(title.endswith("Why divide by √dₖ?") for title in titles), titles
 
 
 @pytest.mark.parametrize(
@@ -844,9 +845,8 @@ def test_figures_drawn_on_transparent_read_in_every_colour_scheme(browser, probe
     assert not [m for m in messages if m["level"] == "SEVERE"], messages
     figures = browser.execute_script(FIGURES_JS)
     assert len(figures) == 4, [src for *_, src in figures]  # attachment, file, <img>, output
-    assert browser.execute_script(
-        "return document.querySelectorAll('article .cell_output img').length"
-    ) == 1
+    outputs = "return document.querySelectorAll('article .cell_output img').length"
+    assert browser.execute_script(outputs) == 1
     assert not _figure_problems(browser, schemes=tuple(SCHEMES))
     # and the measure can fail: without the panel, black ink on the dark page is lost
     _show_scheme(browser, "dark")
