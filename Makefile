@@ -94,7 +94,10 @@ site: setup ## Build the website into site/ from the stored notebooks [SOLUTIONS
 	$(BIN)/python docs/site/build.py --out $(SITE_DIR) $(if $(filter 0,$(SOLUTIONS)),--no-solutions,) $(if $(HUB),--hub $(HUB),) $(if $(REPO),--repo $(REPO),)
 
 # The browser test opens every page of two sites in headless Chromium (Debian's chromium and
-# chromium-driver): the site above and a student site with nbgitpuller links.
+# chromium-driver): the site above and a student site with nbgitpuller links. It clicks a copy
+# button and reads the clipboard, opens each folded setup cell, compares each page's outline
+# with its notebook's headings, screenshots every figure in the light and the dark scheme, and
+# searches (one hit per notebook, no raw TeX); a probe site of transparent drawings is built too.
 # SCREENSHOTS=docs also writes docs/site-landing.png and docs/site-notebook.png.
 check-site: site ## Build the site (and a student one), then open every page in headless Chromium
 	$(BIN)/python docs/site/build.py --out build/site-student --no-solutions --hub https://hub.example.edu

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urljoin, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urljoin, urlsplit
 from urllib.request import urlopen
 
 import pytest
@@ -124,6 +124,92 @@ def test_a_page_shows_its_links_in_place_of_the_header_badge():
     assert f"{SLUG}/blob/main/solutions/02_attention.ipynb" in header
     assert "[01 · tokens](01_tokens.ipynb)" in header
     assert "00_welcome.ipynb" not in header and "00 · welcome" in header
+
+
+def test_a_page_folds_its_setup_cell_and_only_that_cell():
+    import nbformat
+
+    path = ROOT / "solutions" / "02_attention.ipynb"
+    text = site_build.page_notebook(path, "solutions", site_build.Options(), SLUG, set())
+    staged = [c for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "code"]
+    source = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert staged[0].source == source[0].source  # the setup cell, untouched but tagged
+    assert {"hide-input", "course-setup"} <= set(staged[0].metadata["tags"])
+    assert not any("hide-input" in c.metadata.get("tags", []) for c in staged[1:])
+    assert "tags" not in source[0].metadata  # the notebook itself is not edited
+
+
+def _headings(sources: list[str]) -> list[str]:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(s) for s in sources])
+    site_build.end_task_sections(notebook)
+    return [line for c in notebook.cells for line in c.source.splitlines() if line.strip()]
+
+
+def test_a_section_after_an_exercise_is_not_nested_under_it():
+    assert _headings(
+        [
+            "# 01 · Title\n## Concept\n### Sub-concept",  # kept: a concept may have sections
+            "## Exercise 1.4 · Encode\nText.\n### BPE on the reviews\n#### Detail",
+            "```python\n### not a heading: code\n```\n### Question 1.6",
+            "## Exercise 1.5 · Again\n## Summary\n### Further reading",
+        ]
+    ) == [
+        "# 01 · Title", "## Concept", "### Sub-concept",
+        "## Exercise 1.4 · Encode", "Text.", "## BPE on the reviews", "### Detail",
+        "```python", "### not a heading: code", "```", "## Question 1.6",
+        "## Exercise 1.5 · Again", "## Summary", "### Further reading",
+    ]  # fmt: skip
+    # exercises nested under a concept section (08's) stay where they are
+    inside = ["## Out-of-scope detection", "### Exercise 8.2 · Apply", "### The threshold at work"]
+    assert _headings(["\n".join(inside)]) == inside
+
+
+def test_the_image_files_of_markdown_cells_are_staged(tmp_path):
+    import nbformat
+
+    folder = tmp_path / "solutions"
+    (folder / "figures").mkdir(parents=True)
+    (folder / "figures" / "a b.svg").write_text("<svg/>")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "c.png").write_bytes(b"png")
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell(
+                '![a](figures/a%20b.svg "title") <img src="../docs/c.png" alt="c">\n'
+                "![web](https://example.org/x.png) ![att](attachment:d.png) ![gone](e.png)"
+            )
+        ]
+    )
+    path = folder / "01_x.ipynb"
+    nbformat.write(notebook, path)
+    assert site_build.image_files(notebook) == ["figures/a b.svg", "../docs/c.png", "e.png"]
+    staging = tmp_path / "staging"
+    site_build.stage_image_files(path, staging / "solutions")
+    assert (staging / "solutions" / "figures" / "a b.svg").read_text() == "<svg/>"
+    assert (staging / "docs" / "c.png").read_bytes() == b"png"
+    assert not (staging / "solutions" / "e.png").exists()  # missing: Sphinx will say so
+
+
+def test_cell_attachments_become_files_the_page_shows(tmp_path):
+    import base64
+
+    import nbformat
+
+    cell = nbformat.v4.new_markdown_cell("![one](attachment:a b.png) and ![two](attachment:c.svg)")
+    cell["attachments"] = {
+        "a b.png": {"image/png": base64.b64encode(b"\x89PNG").decode()},
+        "c.svg": {"image/svg+xml": ["<svg>", "</svg>"]},
+    }
+    text = nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(), cell]))
+    staged = nbformat.reads(site_build.stage_attachments(text, tmp_path, "01_x"), as_version=4)
+    assert staged.cells[1].source == (
+        "![one](_attachments/01_x/1-a_b.png) and ![two](_attachments/01_x/1-c.svg)"
+    )
+    assert "attachments" not in staged.cells[1]
+    assert (tmp_path / "_attachments" / "01_x" / "1-a_b.png").read_bytes() == b"\x89PNG"
+    assert (tmp_path / "_attachments" / "01_x" / "1-c.svg").read_text() == "<svg></svg>"
 
 
 def test_a_build_never_replaces_a_folder_that_is_not_a_site(tmp_path):
@@ -269,6 +355,222 @@ return clone.textContent;
 """
 
 
+# ------------------------------------------------------------ what a notebook page shows
+
+
+def _notebook(site: Path, page: str) -> dict:
+    """The untouched notebook served beside ``page`` (what the page was built from)."""
+    return json.loads((site / page.replace(".html", ".ipynb")).read_text(encoding="utf-8"))
+
+
+def _code_cells(notebook: dict) -> list[str]:
+    return ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+
+
+SETUP_JS = """
+const cells = [...document.querySelectorAll('article div.cell')];
+const seen = (e) => !!e && e.checkVisibility() && e.offsetHeight > 0;
+const first = cells[0];
+const details = first && first.querySelector('details');
+return {
+  cells: cells.length,
+  code: first ? first.querySelector('.cell_input pre').textContent : null,
+  folded: !!details && !details.open && !seen(first.querySelector('.cell_input')),
+  summary: !!details && seen(details.querySelector('summary')),
+  output: first ? seen(first.querySelector('.cell_output')) : false,
+  others: cells.slice(1).filter(c => c.querySelector('details')).length,
+};
+"""
+
+
+def _setup_cell_problems(driver, site: Path, page: str) -> list[str]:
+    """The setup cell (the notebook's first code cell) is folded, its output shown, and it
+    opens on a click; no other cell is folded."""
+    notebook = _notebook(site, page)
+    first = next(c for c in notebook["cells"] if c["cell_type"] == "code")
+    setup, has_output = "".join(first["source"]), bool(first.get("outputs"))
+    state = driver.execute_script(SETUP_JS)
+    problems = []
+    if state["code"] is None or state["code"].strip() != setup.strip():
+        problems.append("the first cell on the page is not the notebook's setup cell")
+    if not (state["folded"] and state["summary"]):
+        problems.append(f"the setup cell is not folded behind a visible toggle: {state}")
+    if state["output"] != has_output:
+        problems.append(f"the setup cell's output is {'hidden' if has_output else 'invented'}")
+    if state["others"]:
+        problems.append(f"{state['others']} other cells are folded")
+    driver.execute_script("document.querySelector('article div.cell details summary').click()")
+    opened = driver.execute_script(
+        "const i = document.querySelector('article div.cell .cell_input');"
+        "return i.offsetHeight > 0 && i.checkVisibility()"
+    )
+    driver.execute_script("document.querySelector('article div.cell details summary').click()")
+    if not opened:
+        problems.append("a click on the setup cell's toggle does not show its code")
+    return problems
+
+
+OUTLINE_JS = """
+const walk = (ul, parent, out) => {
+  for (const li of ul.children) {
+    const a = li.querySelector(':scope > a');
+    out.push([a.textContent.trim(), parent]);
+    const sub = li.querySelector(':scope > ul');
+    if (sub) walk(sub, out.length - 1, out);
+  }
+  return out;
+};
+const tree = document.querySelector('.toc-tree > ul');
+return tree ? walk(tree, -1, []) : [];
+"""
+HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+FENCE = re.compile(r"^\s*(```|~~~)")
+TASK = re.compile(r"(Exercise|Question)\s+\d+\.\d+\b")
+
+
+def _notebook_outline(notebook: dict) -> list[tuple[int, str]]:
+    """(level, text) of every markdown heading of the notebook, in order."""
+    found = []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        fenced = False
+        for line in "".join(cell["source"]).splitlines():
+            fenced ^= bool(FENCE.match(line))
+            match = None if fenced else HEADING.match(line)
+            if match:
+                found.append((len(match[1]), match[2]))
+    return found
+
+
+def _outline_problems(driver, site: Path, page: str) -> list[str]:
+    """The page outline lists the notebook's headings in order, each under its parent in the
+    notebook, except that an exercise or question heading has no children: what the
+    notebook writes below one belongs to the task's own parent."""
+    headings = _notebook_outline(_notebook(site, page))
+    outline = driver.execute_script(OUTLINE_JS)
+    if len(outline) != len(headings):
+        return [f"the outline has {len(outline)} entries, the notebook {len(headings)} headings"]
+    problems = []
+    for i, ((level, _), (shown, parent)) in enumerate(zip(headings, outline, strict=True)):
+        expected = next((j for j in range(i - 1, -1, -1) if headings[j][0] < level), -1)
+        while expected >= 0 and TASK.match(headings[expected][1]):
+            expected = next(
+                (j for j in range(expected - 1, -1, -1) if headings[j][0] < headings[expected][0]),
+                -1,
+            )
+        if parent != expected:
+            under = outline[parent][0] if parent >= 0 else "(top)"
+            problems.append(f"outline: {shown!r} sits under {under!r}")
+    return problems
+
+
+def _copy_button_problems(driver) -> list[str]:
+    counts = driver.execute_script(
+        "const inputs = [...document.querySelectorAll('article .cell_input pre')];"
+        "return [inputs.length,"
+        " inputs.filter(p => p.parentElement.querySelector('button.copybtn')).length,"
+        " document.querySelectorAll('article .cell_output button.copybtn').length]"
+    )
+    inputs, buttons, on_outputs = counts
+    problems = []
+    if not inputs or buttons != inputs:
+        problems.append(f"copy buttons on {buttons} of {inputs} code cells")
+    if on_outputs:
+        problems.append(f"{on_outputs} copy buttons on outputs")
+    return problems
+
+
+# The colour schemes a reader can see: furo's switch sets body[data-theme]; "auto" follows
+# the system (emulated here), and dark it is when the system is dark.
+SCHEMES = {"light": ("light", "light"), "dark": ("dark", "light"), "auto-dark": ("auto", "dark")}
+
+
+def _show_scheme(driver, scheme: str) -> None:
+    theme, system = SCHEMES[scheme]
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": system}]},
+    )
+    driver.execute_script(f"document.body.dataset.theme = {theme!r}")
+    time.sleep(0.05)
+
+
+def _luminance(rgb):
+    """WCAG relative luminance of an (..., 3) array of sRGB values 0..255."""
+    import numpy as np
+
+    c = np.asarray(rgb, dtype=float) / 255
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return c @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def legibility(png: bytes) -> tuple[float, float]:
+    """(the background's luminance, the share of pixels readable on it) of a screenshot:
+    the background is its most common colour, a pixel is readable (ink) when its contrast
+    ratio with that colour is at least 4.5, WCAG's minimum for text."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).reshape(-1, 3)
+    colours, counts = np.unique(rgb, axis=0, return_counts=True)
+    background = _luminance(colours[counts.argmax()])
+    lum = _luminance(rgb)
+    contrast = (np.maximum(lum, background) + 0.05) / (np.minimum(lum, background) + 0.05)
+    return float(background), float((contrast >= 4.5).mean())
+
+
+def _shot(driver, element) -> bytes:
+    """A PNG of what ``element`` shows: the part of a viewport screenshot it covers, once
+    scrolled to the middle (chromedriver's element screenshots time out under load)."""
+    import io
+
+    from PIL import Image
+
+    rect = driver.execute_script(
+        "arguments[0].scrollIntoView({block: 'center', behavior: 'instant'});"
+        "const r = arguments[0].getBoundingClientRect(), s = window.devicePixelRatio;"
+        "return [r.left * s, r.top * s, r.right * s, r.bottom * s];",
+        element,
+    )
+    with Image.open(io.BytesIO(driver.get_screenshot_as_png())) as viewport:
+        box = [max(0, round(rect[0])), max(0, round(rect[1]))]
+        box += [min(viewport.width, round(rect[2])), min(viewport.height, round(rect[3]))]
+        assert box[2] > box[0] and box[3] > box[1], f"nothing of the element is shown: {rect}"
+        out = io.BytesIO()
+        viewport.crop(box).save(out, format="PNG")
+    return out.getvalue()
+
+
+MIN_INK = 0.002  # of a figure's pixels: text and axes; a figure whose ink vanished has none
+MAX_DARK_BACKGROUND = 0.75  # luminance: white is 1.0; in the dark scheme a figure must not glare
+FIGURES_JS = """
+return [...document.querySelectorAll('article img')]
+  .filter(img => !img.closest('.nb-links'))
+  .map(img => [img, img.classList.contains('course-figure'), img.getAttribute('src')]);
+"""
+
+
+def _figure_problems(driver, schemes=("light", "dark")) -> list[str]:
+    """Every image of a notebook page is a figure (class course-figure) and shows ink that
+    can be read in each colour scheme; in a dark one it does not glare."""
+    problems = []
+    figures = driver.execute_script(FIGURES_JS)
+    problems += [f"image {src} is not a course-figure" for _, mark, src in figures if not mark]
+    for scheme in schemes:
+        _show_scheme(driver, scheme)
+        for element, _, src in figures:
+            background, ink = legibility(_shot(driver, element))
+            if ink < MIN_INK:
+                problems.append(f"{scheme}: figure {src} has {ink:.2%} readable pixels")
+            if scheme != "light" and background > MAX_DARK_BACKGROUND:
+                problems.append(f"{scheme}: figure {src} glares (background {background:.2f})")
+    _show_scheme(driver, "light")
+    return problems
+
+
 @pytest.mark.parametrize(
     "site, page",
     _pages() or [pytest.param(None, None, marks=pytest.mark.skip(reason=NOT_REQUESTED))],
@@ -324,6 +626,10 @@ def test_page_loads_cleanly_in_chromium(browser, site, page):
                 problems.append(f"hub links {hubs}, expected [{expected}]")
         elif hubs:
             problems.append(f"hub links {hubs} in a site built without HUB")
+        problems += _setup_cell_problems(browser, site, page)
+        problems += _outline_problems(browser, site, page)
+        problems += _copy_button_problems(browser)
+        problems += _figure_problems(browser)
     elif page == "index.html":
         pages = {urlsplit(link).path.lstrip("/") for link in links if link.startswith(base)}
         for link in colab:
@@ -370,6 +676,186 @@ def test_every_notebook_has_a_page_and_the_search_box_finds_them(browser, site):
     assert results, "the search page found nothing for 'attention'"
     assert any("02_attention.html" in r for r in results)
     assert not [m for m in messages if m["level"] == "SEVERE"]
+
+
+SEARCH_JS = """
+const items = [...document.querySelectorAll('#search-results li')];
+const status = document.querySelector('#search-results .search-summary, #search-results p');
+return {
+  finished: !!status && /finished|did not match/i.test(status.textContent),
+  results: items.map(li => {
+    const a = li.querySelector(':scope > a'), excerpt = li.querySelector('p.context');
+    return [a.href, a.textContent, excerpt ? excerpt.textContent : null];
+  }),
+};
+"""
+# What raw TeX looks like in plain text: a command, a \( \[ delimiter, $$, or $...\...$
+RAW_TEX_TEXT = re.compile(r"\\[A-Za-z]+|\\[()\[\]]|\$\$|\$[^$]*\\[^$]*\$")
+
+
+def _search(driver, base: str, query: str) -> list[list[str]]:
+    """The results of the site's search page for ``query``, once every excerpt is shown:
+    [link, title, excerpt]."""
+    _open(driver, urljoin(base, f"search.html?q={quote(query)}"))
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = driver.execute_script(SEARCH_JS)
+        results = state["results"]
+        if state["finished"] and all(excerpt is not None for *_, excerpt in results):
+            return results
+        time.sleep(0.2)
+    raise AssertionError(f"the search for {query!r} did not finish: {state}")
+
+
+@pytest.mark.parametrize(
+    "site", SITE_DIRS or [pytest.param(None, marks=pytest.mark.skip(reason=NOT_REQUESTED))]
+)
+def test_search_lists_each_notebook_once_and_shows_no_raw_tex(browser, site):
+    base = _server(ROOT / site)
+    shown = {}  # query -> every title and excerpt of its results
+    for query in ("attention", "divide", "softmax", "why divide by"):
+        results = _search(browser, base, query)
+        assert results, f"the search found nothing for {query!r}"
+        hits: dict[tuple[str, str], set[str]] = {}
+        for link, title, excerpt in results:
+            parts = urlsplit(link)
+            folder, _, stem = parts.path.lstrip("/").removesuffix(".html").rpartition("/")
+            hits.setdefault((stem, parts.fragment), set()).add(folder)
+            raw = RAW_TEX_TEXT.findall(title + " " + excerpt)
+            assert not raw, f"{query!r}: raw TeX {raw} in the result {title!r}: {excerpt!r}"
+        twice = {hit: folders for hit, folders in hits.items() if len(folders) > 1}
+        assert not twice, f"{query!r}: the same hit from two pages of one notebook: {twice}"
+        shown[query] = " ".join(title + " " + excerpt for _, title, excerpt in results)
+    # the formulas were there and became text: in an excerpt ("the scores are divided by
+    # √dₖ") and in a section's title ("02 · Scaled dot-product attention > Why divide by √dₖ?")
+    assert "√" in shown["divide"], shown["divide"][:500]
+    titles = [title for _, title, _ in _search(browser, base, "why divide by")]
+    assert any(title.endswith("Why divide by √dₖ?") for title in titles), titles
+    # the setup cell, the same on every page, is not indexed: its words would hit them all
+    assert not _search(browser, base, "COURSE_REPO_DIR")
+
+
+@pytest.mark.parametrize(
+    "site", SITE_DIRS or [pytest.param(None, marks=pytest.mark.skip(reason=NOT_REQUESTED))]
+)
+def test_a_copy_button_copies_its_code_cell(browser, site):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    site = ROOT / site
+    base = _server(site)
+    page = "notebooks/02_attention.html"
+    browser.execute_cdp_cmd(
+        "Browser.grantPermissions",
+        {"origin": base.rstrip("/"), "permissions": ["clipboardReadWrite"]},
+    )
+    _open(browser, urljoin(base, page))
+    read = (
+        "const done = arguments[arguments.length - 1];"
+        "navigator.clipboard.readText().then(done, e => done('clipboard error: ' + e));"
+    )
+    browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "navigator.clipboard.writeText('nothing copied yet').then(() => done(true));"
+    )
+    assert browser.execute_async_script(read) == "nothing copied yet"
+    # the second code cell: the first one shown (the setup cell is folded)
+    cell = browser.find_elements(By.CSS_SELECTOR, "article div.cell")[1]
+    code = cell.find_element(By.CSS_SELECTOR, ".cell_input pre")
+    button = cell.find_element(By.CSS_SELECTOR, ".cell_input button.copybtn")
+    ActionChains(browser).move_to_element(code).move_to_element(button).click().perform()
+    deadline = time.time() + 10
+    while (copied := browser.execute_async_script(read)) == "nothing copied yet":
+        assert time.time() < deadline, "a click on the copy button copied nothing"
+        time.sleep(0.1)
+    expected = _code_cells(_notebook(site, page))[1]
+    assert copied.strip() == expected.strip()
+
+
+def _ink_png(size=(240, 120)) -> bytes:
+    """A drawing as a diagram tool saves one: black ink on a transparent background."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGBA", size, (0, 0, 0, 0))
+    draw = ImageDraw.Draw(image)
+    draw.rectangle([8, 8, size[0] - 8, size[1] - 8], outline=(0, 0, 0, 255), width=4)
+    draw.line([20, size[1] - 20, size[0] - 20, 20], fill=(0, 0, 0, 255), width=4)
+    draw.text((24, 20), "query -> key", fill=(0, 0, 0, 255))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+INK_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" width="240" height="120">'
+    '<rect x="8" y="8" width="224" height="104" fill="none" stroke="black" stroke-width="4"/>'
+    '<path d="M20 100 L220 20" stroke="black" stroke-width="4"/>'
+    '<text x="24" y="40" font-size="16">query → key</text></svg>'
+)
+
+
+@pytest.fixture(scope="module")
+def probe_site(browser, tmp_path_factory) -> Path:
+    """A site built by build.py from one notebook holding figures the way the course can
+    hold them, all drawn black on transparent: a cell attachment, an image file shown by
+    Markdown and by <img>, and a code cell's stored output."""
+    import base64
+
+    import nbformat
+
+    root = tmp_path_factory.mktemp("probe-root")
+    ink = base64.b64encode(_ink_png()).decode()
+    header = nbformat.v4.new_markdown_cell("# 00 · Probe\n\nFigures drawn in black ink.")
+    attached = nbformat.v4.new_markdown_cell("![attached](attachment:ink.png)")
+    attached["attachments"] = {"ink.png": {"image/png": ink}}
+    output = nbformat.v4.new_code_cell("draw()")
+    output.outputs = [nbformat.v4.new_output("display_data", data={"image/png": ink})]
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            header,
+            nbformat.v4.new_code_cell("# Setup (the same cell opens every notebook)"),
+            attached,
+            nbformat.v4.new_markdown_cell("![a file](figures/ink.svg)"),
+            nbformat.v4.new_markdown_cell('<img src="figures/ink.svg" alt="an html image">'),
+            output,
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    )
+    (root / "notebooks" / "figures").mkdir(parents=True)
+    nbformat.write(notebook, root / "notebooks" / "00_probe.ipynb")
+    (root / "notebooks" / "figures" / "ink.svg").write_text(INK_SVG, encoding="utf-8")
+    (root / "README.md").write_text("# Probe\n", encoding="utf-8")
+    (root / "LICENSE").write_text("MIT\n", encoding="utf-8")
+    (root / "pyproject.toml").write_text(
+        f'[project.urls]\nHomepage = "https://github.com/{SLUG}"\n', encoding="utf-8"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(site_build, "ROOT", root)
+        patch.setattr(site_build, "WORK", root / "build")
+        site_build.build(root / "site", site_build.Options(solutions=False))
+    return root / "site"
+
+
+def test_figures_drawn_on_transparent_read_in_every_colour_scheme(browser, probe_site):
+    base = _server(probe_site)
+    messages = _open(browser, urljoin(base, "notebooks/00_probe.html"))
+    assert not [m for m in messages if m["level"] == "SEVERE"], messages
+    figures = browser.execute_script(FIGURES_JS)
+    assert len(figures) == 4, [src for *_, src in figures]  # attachment, file, <img>, output
+    outputs = "return document.querySelectorAll('article .cell_output img').length"
+    assert browser.execute_script(outputs) == 1
+    assert not _figure_problems(browser, schemes=tuple(SCHEMES))
+    # and the measure can fail: without the panel, black ink on the dark page is lost
+    _show_scheme(browser, "dark")
+    for element, *_ in figures:
+        browser.execute_script("arguments[0].classList.remove('course-figure')", element)
+        assert legibility(_shot(browser, element))[1] < MIN_INK
+    _show_scheme(browser, "light")
 
 
 SCREENSHOT_PAGES = {

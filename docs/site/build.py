@@ -23,6 +23,7 @@ all of them); ``--repo`` rewrites it for this build only, as ``make release REPO
 from __future__ import annotations
 
 import argparse
+import base64
 import html
 import json
 import posixpath
@@ -34,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import nbformat
 
@@ -57,6 +58,15 @@ HEADER_BADGE = re.compile(
 # A Markdown link to a notebook by a relative path: [text](../notebooks/04_x.ipynb#anchor)
 NOTEBOOK_LINK = re.compile(r"\[([^\]]+)\]\((?!\w+:)([^)\s]+?)\.ipynb(#[^)\s]*)?\)")
 BUILD_INFO = "_site.json"  # what was built, for the browser test and for readers
+# An image in Markdown, ![alt](path "title"), or in HTML, <img src="path">
+IMAGE_SOURCE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)|<img\b[^>]*?\bsrc=[\"']([^\"']+)")
+FOLD_TAG = "hide-input"  # MyST-NB: the cell's code behind a toggle, its output shown
+SETUP_TAG = "course-setup"  # conf.py keeps the cell so tagged out of the search index
+# Markdown headings (outside code fences), and those of a numbered task: an exercise or a
+# written question ("## Exercise 2.1 · ...", "### Question 8.5").
+HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+FENCE = re.compile(r"^\s*(```|~~~)")
+TASK_HEADING = re.compile(r"(Exercise|Question)\s+\d+\.\d+\b")
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,98 @@ def page_notebook(path: Path, folder: str, options: Options, slug: str, shown: s
         if cell.cell_type == "markdown":
             cell.source = cell.source.replace(BADGE_IMAGE, f"../{LOCAL_BADGE}")
             cell.source = unlink_missing(cell.source, folder, shown)
+    fold_setup_cell(notebook)
+    end_task_sections(notebook)
+    return nbformat.writes(notebook)
+
+
+def fold_setup_cell(notebook: nbformat.NotebookNode) -> None:
+    """Fold the setup cell (the first code cell of every notebook): the same 20 lines open
+    every notebook, so the page shows them behind a "Show code cell source" toggle (MyST-NB's
+    ``hide-input`` tag) and its one-line output below; the search does not index it."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            tags = cell.metadata.setdefault("tags", [])
+            tags += [tag for tag in (FOLD_TAG, SETUP_TAG) if tag not in tags]
+            return
+
+
+def end_task_sections(notebook: nbformat.NotebookNode) -> None:
+    """Raise the headings that a notebook writes one level below an exercise or question
+    heading to that heading's level, so that the page outline follows the notebook's own
+    sections: an exercise is a leaf, and the concept section after it ("### BPE on the movie
+    reviews" after "## Exercise 1.4") is not nested under it. Headings below a concept
+    section keep their level; only the staged copy changes."""
+    task, shift = None, 0  # the open task heading's level; how far its followers move up
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        lines, fenced = cell.source.split("\n"), False
+        for i, line in enumerate(lines):
+            if FENCE.match(line):
+                fenced = not fenced
+            heading = None if fenced else HEADING.match(line)
+            if not heading:
+                continue
+            level = len(heading[1])
+            if task is not None and level <= task:
+                task = None  # a heading at the task's level or above ends its section
+            if task is not None:
+                shift = shift or level - task
+                lines[i] = "#" * max(task, level - shift) + line[level:]
+            elif TASK_HEADING.match(heading[2]):
+                task, shift = level, 0
+        cell.source = "\n".join(lines)
+
+
+def image_files(notebook: nbformat.NotebookNode) -> list[str]:
+    """The local files that the notebook's markdown cells show as images, as written: a
+    Markdown image ``![alt](figures/x.svg)`` or an HTML ``<img src="...">`` (not a web
+    address, nor a cell attachment, which travels inside the notebook)."""
+    found = []
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            for match in IMAGE_SOURCE.finditer(cell.source):
+                target = unquote(match[1] or match[2]).split("#")[0]
+                if target and not re.match(r"^[a-zA-Z][\w+.-]*:|^/", target):
+                    found.append(target)
+    return found
+
+
+def stage_image_files(path: Path, target: Path) -> None:
+    """Copy the image files the notebook at ``path`` shows into ``target`` (its staged
+    folder) at the same relative paths, so Sphinx finds them; a missing file is left to
+    Sphinx, which stops the build with its own message."""
+    notebook = nbformat.read(path, as_version=4)
+    for name in image_files(notebook):
+        source, staged = path.parent / name, Path(posixpath.normpath(target / name))
+        if source.is_file() and staged.is_relative_to(target.parent):
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, staged)
+
+
+def stage_attachments(text: str, target: Path, stem: str) -> str:
+    """The staged notebook ``text`` whose markdown cells' attachments (an image pasted or
+    dropped into a cell, shown as ``![alt](attachment:name.png)``) are written as files under
+    ``target/_attachments/<stem>/`` and shown from there: MyST-NB reads no attachments."""
+    notebook = nbformat.reads(text, as_version=4)
+    for number, cell in enumerate(notebook.cells):
+        attachments = cell.pop("attachments", None) if cell.cell_type == "markdown" else None
+        for name, bundle in (attachments or {}).items():
+            mime, data = next(iter(bundle.items()))
+            if isinstance(data, list):  # a text format stored as lines
+                data = "".join(data)
+            svg_text = mime == "image/svg+xml" and data.lstrip().startswith("<")
+            content = data.encode("utf-8") if svg_text else base64.b64decode(data)
+            safe = re.sub(r"[^\w.-]", "_", name)
+            relative = f"_attachments/{stem}/{number}-{safe}"
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            (target / relative).write_bytes(content)
+            cell.source = re.sub(
+                rf"attachment:{re.escape(name)}(?=[)\s\"'>])|attachment:{re.escape(quote(name))}",
+                relative,
+                cell.source,
+            )
     return nbformat.writes(notebook)
 
 
@@ -209,7 +311,9 @@ def stage(options: Options, staging: Path) -> dict:
         (staging / "_extra" / folder).mkdir()
         for path in paths:
             staged = rewrite(page_notebook(path, folder, options, slug, shown))
+            staged = stage_attachments(staged, staging / folder, path.stem)
             (staging / folder / path.name).write_text(staged, encoding="utf-8")
+            stage_image_files(path, staging / folder)
             download = rewrite(path.read_text(encoding="utf-8"))
             (staging / "_extra" / folder / path.name).write_text(download, encoding="utf-8")
     readme = rewrite((ROOT / "README.md").read_text(encoding="utf-8"))
