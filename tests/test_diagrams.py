@@ -100,3 +100,19 @@ def test_references_allow_brackets_in_alt_text():
         "![tokens [CLS] and table[:L] described](attachment:x.png) ![](attachment:y.png)")])
     assert render.references(notebook) == [
         (0, "tokens [CLS] and table[:L] described", "x.png"), (0, "", "y.png")]
+
+
+def test_the_site_inlines_attachments_as_data_uris():
+    """MyST-NB ignores notebook attachments: the site's staging turns each into a data: URI."""
+    spec = importlib.util.spec_from_file_location("site_build_for_diagrams",
+                                                  ROOT / "docs" / "site" / "build.py")
+    site_build = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = site_build  # dataclasses look their module up there
+    spec.loader.exec_module(site_build)
+    cell = nbformat.v4.new_markdown_cell("Before ![a [CLS] diagram](attachment:x.png) after")
+    cell["attachments"] = {"x.png": {"image/png": "iVBORw0KGgo="}}
+    assert site_build.inline_attachments(cell) == (
+        "Before ![a [CLS] diagram](data:image/png;base64,iVBORw0KGgo=) after")
+    del cell["attachments"]
+    with pytest.raises(SystemExit, match="make diagrams"):
+        site_build.inline_attachments(cell)
