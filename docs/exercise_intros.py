@@ -20,7 +20,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = re.compile(r"^#+ .*\bExercise (\d+\.\d+)", re.MULTILINE)
 # Display math, inline math, images (diagrams) and HTML comments each count as one word.
-COLLAPSE = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$|!\[[^\]]*\]\([^)]*\)|<!--.*?-->", re.DOTALL)
+COLLAPSE = re.compile(
+    r"\$\$.*?\$\$|\$[^$\n]+\$|!\[(?:[^\[\]]|\[[^\[\]]*\])*\]\([^)]*\)|<!--.*?-->", re.DOTALL
+)
 
 
 def words(text: str) -> int:

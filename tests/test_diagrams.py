@@ -1,5 +1,6 @@
 """The course's diagrams (docs/diagrams, issue 41): every one drawn, embedded where its notebook
-shows it, with alt text, in the solution and in the exercise notebook alike."""
+shows it (a data: URI in the Markdown, which Colab shows too), with alt text, in the solution
+and in the exercise notebook alike."""
 
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ def _shown(path: Path) -> list[tuple[str, str, str, bytes]]:
     """(cell id, alt text, image name, PNG bytes) of every diagram a notebook shows."""
     notebook = nbformat.read(path, as_version=4)
     shown = []
-    for index, alt, name in render.references(notebook):
+    for index, alt, name, uri in render.references(notebook):
         cell = notebook.cells[index]
-        data = cell.get("attachments", {}).get(name, {}).get("image/png")
-        assert data, f"{path.name}, cell {cell.id}: {name} is not attached (run make diagrams)"
-        shown.append((cell.id, alt, name, base64.b64decode(data)))
+        assert uri.startswith(render.DATA_URI), (
+            f"{path.name}, cell {cell.id}: {name} is not embedded (run make diagrams)")
+        shown.append((cell.id, alt, name, base64.b64decode(uri.removeprefix(render.DATA_URI))))
     return shown
 
 
@@ -65,6 +66,8 @@ def test_notebooks_01_on_show_a_diagram_with_alt_text(path):
     for cell_id, alt, name, data in shown:
         assert name in SOURCES, f"{path.name}: no docs/diagrams module draws {name}"
         assert len(alt.split()) >= MIN_ALT_WORDS, f"{path.name}, cell {cell_id}: alt text of {name}"
+        # Markup in alt text is dropped or rendered by Markdown (<bos> vanishes, *x* turns italic).
+        assert not set(alt) & set("<>*`"), f"{path.name}, cell {cell_id}: markup in the alt text"
         pixels = _pixels(data)
         assert min(pixels.shape[:2]) > 200 and pixels.std() > 10, f"{name} is blank or tiny"
         # An opaque light panel: readable on a dark page as on a light one.
@@ -97,22 +100,19 @@ def test_each_embedded_diagram_is_what_its_source_draws(name):
 
 def test_references_allow_brackets_in_alt_text():
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
-        "![tokens [CLS] and table[:L] described](attachment:x.png) ![](attachment:y.png)")])
+        "<!-- diagram: x.png -->\n![tokens [CLS] and table[:L] described]()\n\n"
+        "<!-- diagram: y.png -->\n![](data:image/png;base64,AAAA)")])
     assert render.references(notebook) == [
-        (0, "tokens [CLS] and table[:L] described", "x.png"), (0, "", "y.png")]
+        (0, "tokens [CLS] and table[:L] described", "x.png", ""),
+        (0, "", "y.png", "data:image/png;base64,AAAA")]
 
 
-def test_the_site_inlines_attachments_as_data_uris():
-    """MyST-NB ignores notebook attachments: the site's staging turns each into a data: URI."""
-    spec = importlib.util.spec_from_file_location("site_build_for_diagrams",
-                                                  ROOT / "docs" / "site" / "build.py")
-    site_build = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = site_build  # dataclasses look their module up there
-    spec.loader.exec_module(site_build)
-    cell = nbformat.v4.new_markdown_cell("Before ![a [CLS] diagram](attachment:x.png) after")
-    cell["attachments"] = {"x.png": {"image/png": "iVBORw0KGgo="}}
-    assert site_build.inline_attachments(cell) == (
-        "Before ![a [CLS] diagram](data:image/png;base64,iVBORw0KGgo=) after")
-    del cell["attachments"]
-    with pytest.raises(SystemExit, match="make diagrams"):
-        site_build.inline_attachments(cell)
+def test_embedding_fills_the_uri_and_keeps_the_rest(tmp_path):
+    cell = nbformat.v4.new_markdown_cell("Text.\n\n<!-- diagram: x.png -->\n![a [CLS] b]()\n")
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    assert render.embed(notebook, {"x.png": b"\x89PNG"}, "test")
+    assert cell.source == ("Text.\n\n<!-- diagram: x.png -->\n"
+                           "![a [CLS] b](data:image/png;base64,iVBORw==)\n")
+    assert not render.embed(notebook, {"x.png": b"\x89PNG"}, "test")  # nothing left to do
+    with pytest.raises(SystemExit, match="no diagram draws x.png"):
+        render.embed(notebook, {}, "test")

@@ -437,7 +437,7 @@ return [...document.querySelectorAll('article img')]
     _diagram_pages or [pytest.param(None, None, marks=pytest.mark.skip(reason=NOT_REQUESTED))],
 )
 def test_diagrams_show_with_alt_text_in_light_and_dark(browser, site, page):
-    """Every diagram the notebook attaches (docs/diagrams, issue 41) is on its page, with its
+    """Every diagram the notebook shows (docs/diagrams, issue 41) is on its page, with its
     alt text, and shows ink on a panel (not a blank box) in Furo's light and dark schemes."""
     import nbformat
 
@@ -446,7 +446,7 @@ def test_diagrams_show_with_alt_text_in_light_and_dark(browser, site, page):
     render = importlib.util.module_from_spec(render_spec)
     render_spec.loader.exec_module(render)
     notebook = nbformat.read(site / page.replace(".html", ".ipynb"), as_version=4)
-    expected = [alt for _, alt, _ in render.references(notebook)]
+    expected = [alt for _, alt, _, _ in render.references(notebook)]
     _open(browser, urljoin(_server(site), page))
     problems = []
     for theme in ("light", "dark"):

@@ -6,12 +6,18 @@
 Each module ``docs/diagrams/<topic>.py`` (not this one, not ``style.py``) defines ``DIAGRAMS``,
 a dict from an image name (``attention.png``) to a function returning a ``style.Canvas``, and
 ``NOTEBOOK``, the stem of the solution notebook that shows them (``02_attention``).
-A notebook shows a diagram with a Markdown image in a markdown cell,
-``![alt text](attachment:attention.png)``: the alt text and the place live in the notebook,
-the drawing lives here. This script renders each diagram, writes it to ``build/diagrams/``
-to look at, and stores it as that cell's attachment (nbformat's ``attachments``), so the
-picture travels inside the notebook: JupyterLab, Colab and GitHub show it from a notebook
-opened alone, offline, and ``make exercises`` copies it into ``notebooks/`` with the cell.
+
+A notebook shows a diagram in a markdown cell, as a Markdown image under a comment naming it:
+
+    <!-- diagram: attention.png -->
+    ![alt text: what the figure shows](data:image/png;base64,...)
+
+The alt text and the place live in the notebook, the drawing lives here. This script renders
+each diagram, writes it to ``build/diagrams/`` to look at, and writes it into the image's
+``data:`` URI (write the two lines with ``()`` for a new one). The picture so travels inside
+the Markdown itself, which every reader shows from a notebook opened alone, offline:
+JupyterLab, Colab (which ignores nbformat's cell attachments), GitHub and the website (MyST
+accepts ``data:image/png`` URIs); and ``make exercises`` copies it with the cell.
 """
 
 from __future__ import annotations
@@ -29,9 +35,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = ROOT / "build" / "diagrams"
 NOT_DIAGRAMS = {"render.py", "style.py"}
-# ![alt](attachment:name.png): the alt text may not be empty (tests/test_diagrams.py checks it)
-# and may hold balanced brackets ([CLS], table[:L]), as CommonMark allows.
-REFERENCE = re.compile(r"!\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(attachment:([\w.-]+\.png)\)")
+# The comment naming the diagram, then its image: the alt text may hold balanced brackets
+# ([CLS], table[:L]), as CommonMark allows; the URI is empty or a data: URI.
+REFERENCE = re.compile(
+    r"<!-- diagram: (?P<name>[\w.-]+\.png) -->\n"
+    r"!\[(?P<alt>(?:[^\[\]]|\[[^\[\]]*\])*)\]\((?P<uri>[^)\s]*)\)"
+)
+DATA_URI = "data:image/png;base64,"
 
 
 def sources() -> dict[str, tuple[Callable, str]]:
@@ -52,35 +62,33 @@ def sources() -> dict[str, tuple[Callable, str]]:
     return found
 
 
-def references(notebook: nbformat.NotebookNode) -> list[tuple[int, str, str]]:
-    """(cell index, alt text, image name) of every attachment image in the notebook."""
+def references(notebook: nbformat.NotebookNode) -> list[tuple[int, str, str, str]]:
+    """(cell index, alt text, image name, URI) of every diagram the notebook shows."""
     return [
-        (index, match.group(1), match.group(2))
+        (index, match["alt"], match["name"], match["uri"])
         for index, cell in enumerate(notebook.cells) if cell.cell_type == "markdown"
         for match in REFERENCE.finditer(cell.source)
     ]
 
 
 def embed(notebook: nbformat.NotebookNode, images: dict[str, bytes], where: str) -> bool:
-    """Store each referenced image as its cell's attachment; return whether anything changed."""
+    """Write each diagram into its image's data: URI; return whether anything changed."""
     changed = False
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "markdown":
             continue
-        wanted = {name for _, name in
-                  ((m.group(1), m.group(2)) for m in REFERENCE.finditer(cell.source))}
-        attachments = {}
-        for name in sorted(wanted):
+
+        def fill(match: re.Match, index: int = index) -> str:
+            name = match["name"]
             if name not in images:
                 raise SystemExit(f"{where}, cell {index}: no diagram draws {name} "
-                                 f"(docs/diagrams/*.py name their images in DIAGRAMS)")
-            attachments[name] = {"image/png": base64.b64encode(images[name]).decode("ascii")}
-        if attachments != cell.get("attachments", {}):
-            if attachments:
-                cell["attachments"] = attachments
-            else:
-                cell.pop("attachments", None)
-            changed = True
+                                 "(docs/diagrams/*.py name their images in DIAGRAMS)")
+            uri = DATA_URI + base64.b64encode(images[name]).decode("ascii")
+            return f"<!-- diagram: {name} -->\n![{match['alt']}]({uri})"
+
+        source = REFERENCE.sub(fill, cell.source)
+        if source != cell.source:
+            cell.source, changed = source, True
     return changed
 
 
@@ -97,7 +105,7 @@ def main() -> int:
     used: set[str] = set()
     for path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
-        used |= {name for _, _, name in references(notebook)}
+        used |= {name for _, _, name, _ in references(notebook)}
         if embed(notebook, images, path.name):
             path.write_text(nbformat.writes(notebook) + "\n", encoding="utf-8")
             print(f"embedded diagrams in solutions/{path.name}")

@@ -51,26 +51,6 @@ WORK = ROOT / "build"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 LOCAL_BADGE = "_static/colab-badge.svg"
 # The header badge of a notebook: [![Open In Colab](<image>)](<colab url>)
-# A diagram is a markdown cell's attachment (docs/diagrams/render.py); MyST-NB does not read
-# attachments, so the staged page carries each one inline as a data: URI.
-ATTACHMENT = re.compile(r"\(attachment:([\w.-]+)\)")
-
-
-def inline_attachments(cell: nbformat.NotebookNode) -> str:
-    """The cell's source with every ``attachment:NAME`` image as a ``data:`` URI."""
-    attachments = cell.get("attachments", {})
-
-    def data_uri(match: re.Match) -> str:
-        bundle = attachments.get(match.group(1))
-        if not bundle:
-            raise SystemExit(f"the cell {cell.get('id')} shows {match.group(1)}, which it does "
-                             "not attach: run make diagrams")
-        mime, data = next(iter(bundle.items()))
-        return f"(data:{mime};base64,{data})"
-
-    return ATTACHMENT.sub(data_uri, cell.source)
-
-
 HEADER_BADGE = re.compile(
     r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/[^)]*\)"
 )
@@ -161,8 +141,7 @@ def page_notebook(path: Path, folder: str, options: Options, slug: str, shown: s
         notebook.cells.insert(0, nbformat.v4.new_markdown_cell(bar))
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
-            cell.source = inline_attachments(cell).replace(BADGE_IMAGE, f"../{LOCAL_BADGE}")
-            cell.pop("attachments", None)
+            cell.source = cell.source.replace(BADGE_IMAGE, f"../{LOCAL_BADGE}")
             cell.source = unlink_missing(cell.source, folder, shown)
     return nbformat.writes(notebook)
 
