@@ -43,14 +43,16 @@ def draw() -> Canvas:
           size=8, edge=ACCENT)
     c.arrow([(x + 23, 23), (vx + 5.2, 23)], colour=ACCENT)
     c.arrow([(x + 35, 19), (x + 35, 16.5), (kx, 16.5), (kx, 20.4)], colour=ACCENT, head=True)
-    c.text(x + 8, 32, "(B, H, T_past + T_new, d_k)", size=8, colour="#1f5f99", ha="left")
+    c.text(vx + 1, 31.5, "each (B, H, T_past + T_new, d_k)", size=8, colour="#1f5f99", ha="left")
     c.box(x, 43, 40, 5, "scaled_dot_product_attention", "attn", size=8.5)
     c.text(x + 21, 46.6, "new token i (position T_past + i) sees\nevery cached position and "
            "new tokens ≤ i", size=7.5, ha="left", colour="#555555", style="italic")
     c.arrow([(x, 45.5), (x, 50.4)], "(B, H, T_new, d_k)")
     c.box(x, 53, 30, 5, "merge_heads, w_o", "linear", size=8.5)
     c.arrow([(x, 55.5), (x, 61)], "output (B, T_new, d_model)")
-    c.arrow([(kx + 12, 41), (kx + 12, 36), (x + 40, 36), (x + 40, 61)], colour=ACCENT)
+    c.dot(kx, 36)
+    c.dot(vx, 36)
+    c.arrow([(kx, 36), (x + 40, 36), (x + 40, 61)], colour=ACCENT)
     c.text(x + 40, 62, "new cache (keys, values):\nthe next step's T_past", size=8,
            colour=ACCENT, va="bottom")
     c.text(x, 67, "returns (output, (keys, values)); the given cache is left unchanged", size=7.5,
