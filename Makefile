@@ -17,7 +17,7 @@ SOLUTIONS ?= 1
 HUB       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade sandbox release gradescope clean site check-site
+.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade sandbox release gradescope clean site check-site diagrams
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ bench: setup ## Time the course's code against what you'd pick instead: its loop
 
 solutions: setup ## Execute solutions/ and save them as readers see them (figures, final bars); NB="05 07" for some
 	$(BIN)/python -m course.refresh $(NB)
+
+diagrams: setup ## Render docs/diagrams/*.py and embed them in the solutions (then make exercises)
+	$(BIN)/python docs/diagrams/render.py
+	$(BIN)/python -m course.nbtools generate
 
 exercises: setup ## Regenerate notebooks/ and course/nn.py from solutions/
 	$(BIN)/python -m course.nbtools generate

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import matplotlib
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -46,67 +45,3 @@ def test_learning_curves_and_confusion_matrix():
     ax = viz.confusion_matrix_plot([0, 1, 1, 2], [0, 1, 2, 2], ["a", "b", "c"])
     matrix = ax.images[0].get_array()
     assert np.allclose(matrix.sum(axis=1), 1.0) and matrix[1, 2] == 0.5
-
-
-def test_transformer_diagram_draws_both_stacks():
-    fig = viz.transformer_diagram()
-    assert isinstance(fig, plt.Figure)
-    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    for label in ("Encoder", "Decoder", "N×", "Multi-head\nself-attention", "Feed-forward",
-                  "Masked multi-head\nself-attention (causal)", "Multi-head\ncross-attention",
-                  "Linear", "Softmax", "final LayerNorm"):
-        assert label in texts, label
-    assert texts.count("LayerNorm") == 5  # pre-LN: one in front of each of the 2 + 3 sub-layers
-    assert texts.count("N×") == 2
-    plt.close(fig)
-
-
-# --- precision: bf16 autocast only where the CPU has native bf16 ------------------------
-
-CPUINFO = {
-    "x86 with AVX-512 BF16": ("flags\t\t: fpu sse avx2 avx512f avx512_bf16", True),
-    "x86 with AMX": ("flags\t\t: fpu avx2 amx_bf16 amx_tile", True),
-    "Arm with BF16": ("Features\t: fp asimd bf16 i8mm", True),
-    "x86 AVX2 only": ("flags\t\t: fpu sse avx2 fma", False),
-    "x86 AVX-512 without BF16": ("flags\t\t: avx512f avx512bw avx512vl", False),
-    "no /proc/cpuinfo": ("", False),
-}
-
-
-@pytest.mark.parametrize("name", sorted(CPUINFO))
-def test_native_bf16_is_read_from_the_cpu_flags(name, monkeypatch):
-    monkeypatch.delenv("COURSE_BF16", raising=False)
-    text, expected = CPUINFO[name]
-    assert env.cpu_has_native_bf16(text) is expected
-
-
-@pytest.mark.parametrize("native, expected", [(True, "bf16 autocast"), (False, "float32")])
-def test_both_precision_paths(native, expected, monkeypatch):
-    monkeypatch.setenv("COURSE_BF16", "1" if native else "0")
-    cpu = torch.device("cpu")
-    assert env.precision(cpu) == expected
-    assert expected in env.describe_runtime(cpu)
-    # the setup line says float32 first: code outside env.autocast (notebooks 00-05) runs in it
-    assert "| precision float32" in env.describe_runtime(cpu)
-    layer = torch.nn.Linear(4, 4)
-    with env.autocast(cpu):
-        out = layer(torch.randn(2, 4))
-    assert out.dtype == (torch.bfloat16 if native else torch.float32)
-    assert env.autocast_dtype(torch.device("meta")) is None  # never on another device type
-
-
-def test_show_config_prints_name_value_lines_and_nested_settings(capsys):
-    import dataclasses
-
-    @dataclasses.dataclass(frozen=True)
-    class Inner:
-        lr: float = 3e-3
-
-    @dataclasses.dataclass(frozen=True)
-    class Config:
-        steps: int = 800
-        name: str | None = None
-        inner: Inner = Inner()
-
-    env.show_config(dataclasses.replace(Config(), steps=10))
-    assert capsys.readouterr().out == "steps = 10\nname = None\ninner.lr = 0.003\n"

@@ -884,3 +884,68 @@ def _screenshot(driver, folder: Path, page: str) -> None:
         small = image.convert("RGB").quantize(colors=256)
         small.save(folder / name, optimize=True)
     raw.unlink()
+
+
+# ----------------------------------------------------------------------------- diagrams
+
+_diagram_pages = [
+    (site, page) for site, page in _pages() if page.startswith(("notebooks/", "solutions/"))
+]
+# Each diagram as the page shows it: alt text, width on the page, and its pixels drawn through
+# the CSS filter and opacity the theme gives it (what a reader sees), as shares of light
+# (> 200) and dark (< 100) pixels. Cheaper and steadier than element screenshots.
+DIAGRAMS_JS = """
+return [...document.querySelectorAll('article img')]
+  .filter(img => img.src.startsWith('data:image/png'))
+  .map(img => {
+    const style = getComputedStyle(img);
+    const canvas = document.createElement('canvas');
+    canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+    const ctx = canvas.getContext('2d');
+    ctx.filter = style.filter;
+    ctx.globalAlpha = parseFloat(style.opacity);
+    ctx.drawImage(img, 0, 0);
+    const data = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+    let light = 0, dark = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const y = (0.299 * data[i] + 0.587 * data[i + 1] + 0.114 * data[i + 2]) * data[i + 3] / 255;
+      if (y > 200) light++; else if (y < 100) dark++;
+    }
+    const n = Math.max(1, data.length / 4);
+    const shown = style.visibility !== 'hidden' && style.display !== 'none';
+    return [img.alt, shown ? img.getBoundingClientRect().width : 0, light / n, dark / n];
+  });
+"""
+
+
+@pytest.mark.parametrize(
+    "site, page",
+    _diagram_pages or [pytest.param(None, None, marks=pytest.mark.skip(reason=NOT_REQUESTED))],
+)
+def test_diagrams_show_with_alt_text_in_light_and_dark(browser, site, page):
+    """Every diagram the notebook shows (docs/diagrams, issue 41) is on its page, with its
+    alt text, and shows ink on a panel (not a blank box) in Furo's light and dark schemes."""
+    import nbformat
+
+    render_spec = importlib.util.spec_from_file_location(
+        "diagrams_render", ROOT / "docs" / "diagrams" / "render.py")
+    render = importlib.util.module_from_spec(render_spec)
+    render_spec.loader.exec_module(render)
+    notebook = nbformat.read(site / page.replace(".html", ".ipynb"), as_version=4)
+    expected = [alt for _, alt, _, _ in render.references(notebook)]
+    _open(browser, urljoin(_server(site), page))
+    problems = []
+    for theme in ("light", "dark"):
+        browser.execute_script("document.body.dataset.theme = arguments[0];", theme)
+        shown = browser.execute_script(DIAGRAMS_JS)
+        if [alt for alt, *_ in shown] != expected:
+            problems.append(f"{theme}: diagrams {[a[:40] for a, *_ in shown]}, "
+                            f"expected {[a[:40] for a in expected]}")
+            continue
+        for alt, width, light, dark in shown:
+            # A panel and its ink, whichever way round a theme may turn them.
+            panel, ink = max(light, dark), min(light, dark)
+            if width < 200 or panel < 0.5 or ink < 0.005:
+                problems.append(f"{theme}: {alt[:40]!r} shows {width:.0f} px wide, "
+                                f"{light:.0%} light and {dark:.1%} dark pixels")
+    assert not problems, f"{page} of {site}:\n" + "\n".join(problems)
