@@ -1,0 +1,396 @@
+"""Notebook 10's checks: right variants pass (the course's solution, peft's own layer behind a thin
+adapter to the stub's names, einsum, a fused F.linear, a Gaussian A), the stubs are "not
+implemented", and each family of wrong answers fails with the mistake named."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course.checks import nb10
+
+# --- 10.1 ---------------------------------------------------------------------------------------
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__()
+        self.base = base
+        base.requires_grad_(False)
+        self.r, self.alpha, self.scale = r, alpha, alpha / r
+        like = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features, **like))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, **like))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.base(x) + self.scale * (self.dropout(x) @ self.lora_A.T @ self.lora_B.T)
+
+
+class PeftAdapter(nn.Module):
+    """peft's own layer; its A and B registered under the stub's names (the same tensors)."""
+
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__()
+        from peft import LoraConfig
+        from peft.tuners.lora import Linear
+
+        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout)
+        inner = Linear(base, "default", config, r=r, lora_alpha=alpha, lora_dropout=dropout)
+        base.requires_grad_(False)  # what peft's get_peft_model does for the layers it wraps
+        self.lora_A = inner.lora_A["default"].weight
+        self.lora_B = inner.lora_B["default"].weight
+        self.inner, self.base, self.r, self.alpha, self.scale = inner, base, r, alpha, alpha / r
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Einsum(LoRALinear):
+    def forward(self, x):
+        update = torch.einsum("...k,rk,dr->...d", self.dropout(x), self.lora_A, self.lora_B)
+        return self.base(x) + self.scale * update
+
+
+class FusedLinear(LoRALinear):
+    def forward(self, x):
+        if self.dropout.p == 0 or not self.training:  # one matrix: W + scale B A
+            weight = self.base.weight + self.scale * self.lora_B @ self.lora_A
+            return F.linear(x, weight, self.base.bias)
+        return self.base(x) + self.scale * F.linear(F.linear(self.dropout(x), self.lora_A), self.lora_B)
+
+
+class GaussianA(LoRALinear):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        nn.init.normal_(self.lora_A, std=1 / r)  # the paper's Gaussian (peft's "gaussian")
+
+
+class RandomB(LoRALinear):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        nn.init.kaiming_uniform_(self.lora_B, a=math.sqrt(5))
+
+
+class ZeroA(LoRALinear):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        nn.init.zeros_(self.lora_A)
+
+
+class ScaleAlpha(LoRALinear):
+    def forward(self, x):
+        return self.base(x) + self.alpha * (self.dropout(x) @ self.lora_A.T @ self.lora_B.T)
+
+
+class NoScale(LoRALinear):
+    def forward(self, x):
+        return self.base(x) + self.dropout(x) @ self.lora_A.T @ self.lora_B.T
+
+
+class BaseTrainable(LoRALinear):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        base.requires_grad_(True)
+
+
+class BiasTrainable(LoRALinear):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        if base.bias is not None:
+            base.bias.requires_grad_(True)
+
+
+class DropoutOnOutput(LoRALinear):
+    def forward(self, x):
+        return self.dropout(self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T))
+
+
+class DropoutAfterB(LoRALinear):
+    def forward(self, x):
+        return self.base(x) + self.scale * self.dropout(x @ self.lora_A.T @ self.lora_B.T)
+
+
+class NoDropout(LoRALinear):
+    def forward(self, x):
+        return self.base(x) + self.scale * (x @ self.lora_A.T @ self.lora_B.T)
+
+
+class Transposed(LoRALinear):
+    """A stored (in, r) and B (r, out): shapes other than the text's."""
+
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        self.lora_A = nn.Parameter(self.lora_A.detach().T.clone())
+        self.lora_B = nn.Parameter(self.lora_B.detach().T.clone())
+
+    def forward(self, x):
+        return self.base(x) + self.scale * (self.dropout(x) @ self.lora_A @ self.lora_B)
+
+
+class Stub(nn.Module):
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__()
+        raise NotImplementedError
+
+    def forward(self, x):
+        raise NotImplementedError
+
+
+LORA_RIGHT = {
+    "the course's solution": LoRALinear,
+    "peft's layer behind a thin adapter": PeftAdapter,
+    "einsum": Einsum,
+    "a fused F.linear": FusedLinear,
+    "A from a Gaussian (the paper)": GaussianA,
+}
+LORA_WRONG = {
+    "B initialised at random": (RandomB, "B initialised at random"),
+    "A zero": (ZeroA, "lora_A is not drawn at random"),
+    "scale alpha instead of alpha/r": (ScaleAlpha, "scaled by alpha instead of alpha/r"),
+    "no scale": (NoScale, "not scaled"),
+    "the base weight left trainable": (BaseTrainable, "base weight left trainable"),
+    "the base bias left trainable": (BiasTrainable, "base.bias"),
+    "dropout on the whole output": (DropoutOnOutput, "dropout is applied to the whole output"),
+    "dropout after B": (DropoutAfterB, "after B"),
+    "no dropout": (NoDropout, "nothing was dropped"),
+    "A and B transposed": (Transposed, "has shape"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LORA_RIGHT))
+def test_lora_right_variant_passes(name):
+    result = nb10.lora_linear(LORA_RIGHT[name], raise_on_failure=False)
+    assert result.passed, (name, result.message)
+
+
+@pytest.mark.parametrize("name", sorted(LORA_WRONG))
+def test_lora_wrong_variant_is_rejected_naming_the_mistake(name):
+    implementation, phrase = LORA_WRONG[name]
+    result = nb10.lora_linear(implementation, raise_on_failure=False)
+    assert result.status == "failed", f"{name} was accepted"
+    assert phrase in result.message, result.message
+
+
+# --- 10.2 ---------------------------------------------------------------------------------------
+
+
+def _replace(model, names, make):
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        owner = model.get_submodule(parent)
+        setattr(owner, child, make(getattr(owner, child)))
+
+
+def add_lora(model, targets, r, alpha, dropout=0.0):
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and n.split(".")[-1] in targets and not n.startswith("classifier")]
+    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    model.classifier.requires_grad_(True)
+    return model
+
+
+def add_lora_peft_style(model, targets, r, alpha, dropout=0.0):
+    """peft's matching rule (the key ends with ".target"), the head frozen then unfrozen."""
+    for parameter in model.parameters():
+        parameter.requires_grad = False
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and any(n.endswith(f".{t}") for t in targets) and n != "classifier"]
+    _replace(model, names, lambda layer: PeftAdapter(layer, r, alpha, dropout))
+    for parameter in model.classifier.parameters():
+        parameter.requires_grad = True
+    return model
+
+
+def lora_everywhere(model, targets, r, alpha, dropout=0.0):
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    return model
+
+
+def head_frozen(model, targets, r, alpha, dropout=0.0):
+    add_lora(model, targets, r, alpha, dropout)
+    model.classifier.requires_grad_(False)
+    return model
+
+
+def nothing_frozen(model, targets, r, alpha, dropout=0.0):
+    add_lora(model, targets, r, alpha, dropout)
+    for name, parameter in model.named_parameters():
+        if "embeddings" in name or "LayerNorm" in name:
+            parameter.requires_grad_(True)
+    return model
+
+
+def returns_nothing(model, targets, r, alpha, dropout=0.0):
+    add_lora(model, targets, r, alpha, dropout)
+
+
+def random_b_in_model(model, targets, r, alpha, dropout=0.0):
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and n.split(".")[-1] in targets and not n.startswith("classifier")]
+    _replace(model, names, lambda layer: RandomB(layer, r, alpha, dropout))
+    model.classifier.requires_grad_(True)
+    return model
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+ADD_RIGHT = {"the course's solution": add_lora, "peft's rule and layer": add_lora_peft_style}
+ADD_WRONG = {
+    "LoRA on the head": (lora_everywhere, "LoRA on the head"),
+    "the head frozen": (head_frozen, "do not train"),
+    "embeddings left trainable": (nothing_frozen, "still train"),
+    "the model not returned": (returns_nothing, "did not return"),
+    "B random: the outputs change": (random_b_in_model, "the logits right after it"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADD_RIGHT))
+def test_add_lora_right_variant_passes(name):
+    result = nb10.add_lora(ADD_RIGHT[name], raise_on_failure=False)
+    assert result.passed, (name, result.message)
+
+
+@pytest.mark.parametrize("name", sorted(ADD_WRONG))
+def test_add_lora_wrong_variant_is_rejected(name):
+    implementation, phrase = ADD_WRONG[name]
+    result = nb10.add_lora(implementation, raise_on_failure=False)
+    assert result.status == "failed", f"{name} was accepted"
+    assert phrase in result.message, result.message
+
+
+# --- 10.3 ---------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def merge(layer):
+    layer.base.weight += layer.scale * (layer.lora_B @ layer.lora_A)
+    return layer.base
+
+
+@torch.no_grad()
+def unmerge(layer):
+    layer.base.weight -= layer.scale * (layer.lora_B @ layer.lora_A)
+
+
+def merge_data(layer):  # through .data, alpha / r recomputed: as right
+    layer.base.weight.data.add_(layer.lora_B.data @ layer.lora_A.data, alpha=layer.alpha / layer.r)
+    return layer.base
+
+
+def unmerge_data(layer):
+    layer.base.weight.data.sub_(layer.lora_B.data @ layer.lora_A.data, alpha=layer.alpha / layer.r)
+
+
+@torch.no_grad()
+def merge_unscaled(layer):
+    layer.base.weight += layer.lora_B @ layer.lora_A
+    return layer.base
+
+
+@torch.no_grad()
+def merge_alpha(layer):
+    layer.base.weight += layer.alpha * (layer.lora_B @ layer.lora_A)
+    return layer.base
+
+
+@torch.no_grad()
+def merge_copy(layer):
+    merged = copy.deepcopy(layer.base)
+    merged.weight += layer.scale * (layer.lora_B @ layer.lora_A)
+    return merged
+
+
+def merge_new_parameter(layer):
+    layer.base.weight = nn.Parameter(layer.base.weight + layer.scale * layer.lora_B @ layer.lora_A)
+    return layer.base
+
+
+def unmerge_nothing(layer):
+    return None
+
+
+MERGE_RIGHT = {"the course's solution": (merge, unmerge), "through .data": (merge_data, unmerge_data)}
+MERGE_WRONG = {
+    "merge without the scale": ((merge_unscaled, unmerge), "merge without the scale alpha/r"),
+    "merge scaled by alpha": ((merge_alpha, unmerge), "scaled by alpha instead of alpha/r"),
+    "a copy returned": ((merge_copy, unmerge), "did not return layer.base"),
+    "a new trainable parameter": ((merge_new_parameter, unmerge), "requires grad"),
+    "unmerge does nothing": ((merge, unmerge_nothing), "after unmerge"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MERGE_RIGHT))
+def test_merge_right_variant_passes(name):
+    result = nb10.merge(*MERGE_RIGHT[name], raise_on_failure=False)
+    assert result.passed, (name, result.message)
+
+
+@pytest.mark.parametrize("name", sorted(MERGE_WRONG))
+def test_merge_wrong_variant_is_rejected(name):
+    implementations, phrase = MERGE_WRONG[name]
+    result = nb10.merge(*implementations, raise_on_failure=False)
+    assert result.status == "failed", f"{name} was accepted"
+    assert phrase in result.message, result.message
+
+
+# --- 10.4 ---------------------------------------------------------------------------------------
+
+
+def state_bytes(optimizer):
+    return sum(v.numel() * v.element_size() for s in optimizer.state.values()
+               for v in s.values() if torch.is_tensor(v))
+
+
+def state_bytes_loop(optimizer):
+    total = 0
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            for value in optimizer.state.get(parameter, {}).values():
+                if isinstance(value, torch.Tensor):
+                    total += value.nbytes
+    return total
+
+
+STATE_RIGHT = {"the course's solution": state_bytes, "a loop over param_groups with nbytes": state_bytes_loop}
+STATE_WRONG = {
+    "entries, not bytes": (lambda o: sum(v.numel() for s in o.state.values() for v in s.values()), ""),
+    "the parameters' bytes": (lambda o: sum(p.nbytes for g in o.param_groups for p in g["params"]), ""),
+    "a tensor returned": (lambda o: torch.tensor(state_bytes(o)), "stated return type"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATE_RIGHT))
+def test_state_right_variant_passes(name):
+    result = nb10.optimizer_state_bytes(STATE_RIGHT[name], raise_on_failure=False)
+    assert result.passed, (name, result.message)
+
+
+@pytest.mark.parametrize("name", sorted(STATE_WRONG))
+def test_state_wrong_variant_is_rejected(name):
+    implementation, phrase = STATE_WRONG[name]
+    result = nb10.optimizer_state_bytes(implementation, raise_on_failure=False)
+    assert result.status == "failed", f"{name} was accepted"
+    assert phrase in result.message, result.message
+
+
+# --- stubs --------------------------------------------------------------------------------------
+
+
+def test_stubs_are_not_implemented():
+    assert nb10.lora_linear(Stub, raise_on_failure=False).status == "not implemented"
+    assert nb10.add_lora(stub, raise_on_failure=False).status == "not implemented"
+    assert nb10.merge(stub, stub, raise_on_failure=False).status == "not implemented"
+    assert nb10.optimizer_state_bytes(stub, raise_on_failure=False).status == "not implemented"
