@@ -6,21 +6,23 @@ Two comparisons, each in one process, one after the other, on the same machine:
    ``train_step`` from notebook 06, fused AdamW) and ``Trainer`` with its defaults, on the same
    model (the packaged MiniLM), the same SST-2 training examples, the same number of steps and
    batch size, the same linear schedule with the same warm-up steps, the same clipping and
-   weight-decay rate, and the same precision (bf16 autocast for both where ``course.env``
-   turns it on, i.e. on a CPU with native bf16; else float32 for both). Two differences stay:
+   weight-decay rate, and the same precision (float32 for both by default; bf16 autocast for
+   both where ``course.env`` turns it on, i.e. with ``COURSE_BF16=1``). Two differences stay:
    ``Trainer`` exempts biases and LayerNorm weights from weight decay (its default) while the
    course loop decays every weight, and each loop groups lengths into batches its own way.
    Both are scored on the SST-2 validation set with the same function, in float32. Prints the
    wall-clock and process CPU-time ratios (Trainer / course: above 1 means the course loop is
    faster), both accuracies and each side's precision. Only an idle machine gives a fair ratio:
-   under load both figures move, CPU time too (README, the bench's run 3).
+   under load both figures move, CPU time too.
 2. **Notebook 05's Transformer vs ``torch.nn.Transformer``.** The from-scratch layers of
    ``course.nn`` against PyTorch's own, at the same sizes: the median time of one training step
    (forward, backward, AdamW) on the same random batch, wall-clock and process CPU time, both
    in float32 (no autocast).
 
 Run ``python -m course.bench [--steps 94] [--json out.json]``; timings depend on the machine
-and on what else runs, so the printout names both.
+and on what else runs, so the printout names both. ``--loop-only`` runs the course loop alone
+and prints one JSON line (its seconds, CPU seconds, accuracy, precision and the load average):
+one run of the precision measurement that chose float32 as the default (README, *Precision*).
 """
 
 from __future__ import annotations
@@ -141,8 +143,8 @@ def _trainer(train: list[dict], val_loader: Any, steps: int, collator: Any) -> d
     }
 
 
-def loop_vs_trainer(steps: int = 94) -> dict:
-    """Both loops on ``steps`` batches of SST-2; returns their seconds, accuracies and ratio."""
+def _loop_inputs(steps: int) -> tuple[list[dict], Any, Any]:
+    """The training examples of ``steps`` batches, the validation loader and the collator."""
     from transformers import DataCollatorWithPadding
 
     tokenizer = models.load_tokenizer(models.PACKAGED_MODEL)
@@ -154,6 +156,21 @@ def loop_vs_trainer(steps: int = 94) -> dict:
         batch_sampler=[order[i : i + 128] for i in range(0, len(order), 128)],
         collate_fn=collator,
     )
+    return train, val_loader, collator
+
+
+def course_loop_only(steps: int = 94) -> dict:
+    """The course loop alone, in the precision ``course.env`` picks (``COURSE_BF16``), with the
+    1-minute load average at its end: one run of the precision measurement (README, *Precision*;
+    ``PRECISION_RUNS`` in course/budgets.py)."""
+    train, val_loader, collator = _loop_inputs(steps)
+    run = _course_loop(train, val_loader, steps, collator)
+    return {**run, "COURSE_BF16": os.environ.get("COURSE_BF16"), "load1": os.getloadavg()[0]}
+
+
+def loop_vs_trainer(steps: int = 94) -> dict:
+    """Both loops on ``steps`` batches of SST-2; returns their seconds, accuracies and ratio."""
+    train, val_loader, collator = _loop_inputs(steps)
     course = _course_loop(train, val_loader, steps, collator)
     trainer = _trainer(train, val_loader, steps, collator)
     return {
@@ -260,8 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=20, help="timed steps per model in part 2")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--loop-only",
+        action="store_true",
+        help="only the course loop, printed as one JSON line (the precision measurement)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")
+    if args.loop_only:
+        print(json.dumps(course_loop_only(args.steps)))
+        return 0
     print(f"machine: {machine()}")
     loop = loop_vs_trainer(args.steps)
     course, trainer = loop["course"], loop["trainer"]

@@ -62,11 +62,15 @@ RUN_TIMES: dict = {
     "where": (
         "a 2-core x86-64 virtual machine with native bf16 (avx512_bf16: `fit` in 06-08 and 09's "
         "loop under bf16 autocast), a fresh clone running `.ci/run` at commit d12e07d, idle but "
-        "for the session's own light commands (load 4 falling to 2, its own threads included); "
-        "on the float32-only machine of 2026-11-23 `make check` took 879 s (06 197 s, 07 172 s, "
-        "08 278 s)"
+        "for the session's own light commands (load 4 falling to 2, its own threads included)"
     ),
+    # An earlier run, quoted after this one's total so that "that whole `make check`" is this one.
+    "before": "the float32-only machine of 2026-11-23 had taken 879 s (06 197 s, 07 172 s, "
+    "08 278 s)",
     "make_check_s": 656,  # the whole `make check` of that run (1745 passed, 3 skipped)
+    # The machine in a few words, for each notebook header's Time line (and the precision the
+    # notebooks ran in there): the header says where the time was measured, and that it was idle.
+    "machine": "an idle 2-core x86-64 CPU (AMD EPYC, native bf16, bf16 autocast in 06-09)",
     "seconds": {
         "00": 2.2,
         "01": 9.6,
@@ -98,8 +102,9 @@ def run_all_phrase(seconds: float) -> str:
 def header_time_line(nn: str) -> str:
     """The ``**Time:**`` line of notebook ``nn``'s header."""
     return (
-        f"**Time:** about {STUDENT_MINUTES[nn]} minutes; *Run All* takes "
-        f"{run_all_phrase(RUN_TIMES['seconds'][nn])} on a 2-core CPU."
+        f"**Time:** about {STUDENT_MINUTES[nn]} minutes; *Run All* took "
+        f"{run_all_phrase(RUN_TIMES['seconds'][nn])} on {RUN_TIMES['machine']}, measured "
+        f"{RUN_TIMES['when']}; longer while other programs keep the CPU busy."
     )
 
 
@@ -114,7 +119,9 @@ def readme_paragraph() -> str:
         "*Student time* is the working time each notebook's header estimates. *CPU time* is the "
         "time of the solution notebook under `make check` (nbval, every cell) with the real "
         f"datasets, measured on {RUN_TIMES['when']} on {RUN_TIMES['where']}; that whole "
-        f"`make check` took {RUN_TIMES['make_check_s']} s. Both columns, and the *Time* line of "
+        f"`make check` took {RUN_TIMES['make_check_s']} s"
+        + (f", where {RUN_TIMES['before']}" if RUN_TIMES.get("before") else "")
+        + ". Both columns, and the *Time* line of "
         "each notebook's header, are written by `make exercises` from one table in "
         "`course/budgets.py`, next to the budgets each notebook must stay within; a test fails "
         "when they disagree. Exercises live in `notebooks/`; worked solutions in `solutions/`."
@@ -127,7 +134,7 @@ def readme_paragraph() -> str:
 
 def render_readme(text: str) -> str:
     """README ``text`` with the table's two time columns and the paragraph under it generated."""
-    text = render_class_grading_time(render_bench(text))
+    text = render_class_grading_time(render_precision(render_bench(text)))
 
     def row(match: re.Match) -> str:
         student, cpu = readme_columns(match.group(1))
@@ -285,102 +292,28 @@ def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
     return changed
 
 
-# `make bench` (course/bench.py), measured: one entry per run, as `python -m course.bench --json`
-# printed it. "loop": the course's fine-tuning loop against transformers' Trainer; "layers": one
-# training step of notebook 05's Transformer against torch.nn.Transformer (median of the timed
-# steps). CPU seconds are the process's (all threads); on a shared machine they are the steadier
-# figure. `make exercises` writes the README's bench table from it; tests/test_timings.py fails
-# when the README disagrees.
-BENCH_RUNS: list[dict] = [
-    {
-        "when": "2026-11-23",
-        "where": "an otherwise idle 2-core x86-64 virtual machine (AMD EPYC, no native bf16), torch "
-        "2.13.0, 2 threads",
-        "command": "make bench",
-        "precision": "float32",
-        "load": "idle",
-        "note": "Before issue 34's changes to the bench: no CPU time recorded.",
-        "loop": {
-            "steps": 94,
-            "course_warmup_steps": 9,
-            "trainer_warmup_steps": 10,
-            "course_precision": "float32",
-            "course_s": 27.5,
-            "course_cpu_s": None,
-            "course_accuracy": 0.831,
-            "trainer_optimizer": "adamw_torch_fused",
-            "trainer_precision": "float32",
-            "trainer_s": 29.5,
-            "trainer_cpu_s": None,
-            "trainer_accuracy": 0.8,
-        },
-        "layers": {
-            "course_ms": 30.0,
-            "torch_ms": 30.1,
-            "course_cpu_ms": None,
-            "torch_cpu_ms": None,
-        },
-    },
-    {
-        "when": "2026-11-24",
-        "where": "the session's shared 2-core x86-64 virtual machine (AMD EPYC with AVX-512 BF16), "
-        "torch 2.13.0, 2 threads",
-        "command": "python -m course.bench",
-        "precision": "bf16 autocast",
-        "load": "load average 2.6 at the start, 6.2 at the end, up to 8.9 in between (other jobs)",
-        "loop": {
-            "steps": 94,
-            "course_warmup_steps": 9,
-            "trainer_warmup_steps": 9,
-            "course_precision": "bf16 autocast",
-            "course_s": 429.0,
-            "course_cpu_s": 156.8,
-            "course_accuracy": 0.829128,
-            "trainer_optimizer": "adamw_torch_fused",
-            "trainer_precision": "bf16 autocast",
-            "trainer_s": 261.8,
-            "trainer_cpu_s": 161.9,
-            "trainer_accuracy": 0.799312,
-        },
-        "layers": {
-            "course_ms": 109.1,
-            "torch_ms": 115.4,
-            "course_cpu_ms": 72.4,
-            "torch_cpu_ms": 76.6,
-        },
-    },
-    {
-        "when": "2026-11-24",
-        "where": "the session's shared 2-core x86-64 virtual machine (AMD EPYC with AVX-512 BF16), "
-        "torch 2.13.0, 2 threads",
-        "command": "COURSE_BF16=0 python -m course.bench",
-        "precision": "float32",
-        "load": "load average 6.2 at the start, 4.4 at the end (other jobs)",
-        "loop": {
-            "steps": 94,
-            "course_warmup_steps": 9,
-            "trainer_warmup_steps": 9,
-            "course_precision": "float32",
-            "course_s": 132.9,
-            "course_cpu_s": 97.0,
-            "course_accuracy": 0.831422,
-            "trainer_optimizer": "adamw_torch_fused",
-            "trainer_precision": "float32",
-            "trainer_s": 19.0,
-            "trainer_cpu_s": 36.0,
-            "trainer_accuracy": 0.799312,
-        },
-        "layers": {
-            "course_ms": 262.0,
-            "torch_ms": 91.5,
-            "course_cpu_ms": 174.9,
-            "torch_cpu_ms": 61.2,
-        },
-        "note": "Minutes later, the same float32 Trainer run first in a process of its own "
-        "(course.bench's functions, Trainer before the course loop) took 340.6 s: under this "
-        "load the order and the moment decide, not the loop.",
-    },
-]
+# `make bench` (course/bench.py), measured: one entry per run, and the run's own output, the file
+# `python -m course.bench --json FILE` wrote, stored under docs/bench/: every figure of the
+# README's bench table is read from those files, none is typed here. "loop": the course's
+# fine-tuning loop against transformers' Trainer; "layers": one training step of notebook 05's
+# Transformer against torch.nn.Transformer (median of the timed steps). CPU seconds are the
+# process's (all threads); on a shared machine they are the steadier figure. `make exercises`
+# writes the README's bench table from them; tests/test_timings.py fails when the README
+# disagrees. (Three earlier runs, 2026-11-23 and 2026-11-24, were dropped: only their figures had
+# been copied here, their outputs were not kept.) To add a run: `make bench JSON=docs/bench/
+# DATE-PRECISION.json` on an idle machine, then an entry below, e.g. {"when": "2026-11-28",
+# "where": "an idle 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0",
+# "command": "make bench JSON=docs/bench/2026-11-28-float32.json", "load": "idle (load
+# average 0.1 before the run)", "output": "docs/bench/2026-11-28-float32.json"}.
+BENCH_RUNS: list[dict] = []
+
+
+def bench_output(run: dict, root: Path | None = None) -> dict:
+    """The stored ``--json`` output of a ``BENCH_RUNS`` entry (its path is relative to the root)."""
+    import json
+
+    return json.loads(((root or _ROOT) / run["output"]).read_text(encoding="utf-8"))
+
 
 _BENCH_BLOCK = re.compile(r"<!-- bench -->.*?<!-- /bench -->", re.DOTALL)
 
@@ -395,39 +328,51 @@ def _seconds(wall: float, cpu: float | None, unit: str = "s") -> str:
 
 def bench_table() -> str:
     """The README's bench table and the lines under it (between its two markers)."""
+    if not BENCH_RUNS:
+        return (
+            "<!-- bench -->\nNo run of `make bench` with its output stored yet: on an idle machine, "
+            "`make bench JSON=docs/bench/DATE-PRECISION.json`, then an entry in `BENCH_RUNS` "
+            "(`course/budgets.py`), adds one.\n<!-- /bench -->"
+        )
     rows = [
         "<!-- bench -->",
         "| run | comparison | course | alternative | ratio, wall-clock (CPU) |",
         "|---|---|---|---|---|",
     ]
+    notes = []
     for number, run in enumerate(BENCH_RUNS, 1):
-        loop, layers = run["loop"], run["layers"]
-        label = f"{number}: {run['when']}, {run['precision']}"
+        output = bench_output(run)
+        loop, layers = output["loop"], output["layers"]
+        course, trainer = loop["course"], loop["trainer"]
+        label = f"{number}: {run['when']}, {course['precision']}"
         rows.append(
             f"| {label} | fine-tuning the packaged MiniLM on SST-2, {loop['steps']} steps of batch "
-            f"32 | course loop (`fit`, fused AdamW, {loop['course_precision']}): "
-            f"{_seconds(loop['course_s'], loop['course_cpu_s'])}, validation "
-            f"{loop['course_accuracy']:.1%} | `Trainer` ({loop['trainer_optimizer']}, "
-            f"{loop['trainer_precision']}): {_seconds(loop['trainer_s'], loop['trainer_cpu_s'])}, "
-            f"validation {loop['trainer_accuracy']:.1%} | Trainer / course "
-            f"{_ratio(loop['trainer_s'], loop['course_s'])} "
-            f"({_ratio(loop['trainer_cpu_s'], loop['course_cpu_s'])}) |"
+            f"{loop['batch_size']} | course loop (`fit`, fused AdamW, {course['precision']}): "
+            f"{_seconds(course['seconds'], course['cpu_seconds'])}, validation "
+            f"{course['accuracy']:.1%} | `Trainer` ({trainer['optimizer']}, "
+            f"{trainer['precision']}): {_seconds(trainer['seconds'], trainer['cpu_seconds'])}, "
+            f"validation {trainer['accuracy']:.1%} | Trainer / course "
+            f"{_ratio(trainer['seconds'], course['seconds'])} "
+            f"({_ratio(trainer['cpu_seconds'], course['cpu_seconds'])}) |"
         )
+        sizes = layers["sizes"]
         rows.append(
-            f"| {label} | one training step of notebook 05's Transformer (d_model 64, 4 heads, "
-            f"d_ff 128, 2+2 layers, batch 64 x 14), float32 | the course's layers: "
+            f"| {label} | one training step of notebook 05's Transformer (d_model "
+            f"{sizes['d_model']}, {sizes['heads']} heads, d_ff {sizes['d_ff']}, "
+            f"{sizes['layers']}+{sizes['layers']} layers, batch {sizes['batch']} x "
+            f"{sizes['length']}), float32 | the course's layers: "
             f"{_seconds(layers['course_ms'], layers['course_cpu_ms'], 'ms')} | "
             f"`torch.nn.Transformer` (pre-LN, same sizes): "
             f"{_seconds(layers['torch_ms'], layers['torch_cpu_ms'], 'ms')} | torch / course "
             f"{_ratio(layers['torch_ms'], layers['course_ms'])} "
             f"({_ratio(layers['torch_cpu_ms'], layers['course_cpu_ms'])}) |"
         )
-    notes = " ".join(
-        f"Run {number}: `{run['command']}` on {run['where']}; {run['load']}; warm-up steps: course "
-        f"{run['loop']['course_warmup_steps']}, Trainer {run['loop']['trainer_warmup_steps']}.{' ' + run['note'] if run.get('note') else ''}"
-        for number, run in enumerate(BENCH_RUNS, 1)
-    )
-    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), notes)
+        notes.append(
+            f"Run {number}: `{run['command']}` on {run['where']} ({output['machine']}); "
+            f"{run['load']}; Trainer's warm-up steps {trainer['warmup_steps']}; its output is "
+            f"stored in `{run['output']}`.{' ' + run['note'] if run.get('note') else ''}"
+        )
+    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), " ".join(notes))
     wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
     return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /bench -->"
 
@@ -456,3 +401,139 @@ def class_grading_sentence() -> str:
 def render_class_grading_time(text: str) -> str:
     """README ``text`` with its class-grading sentence (between the markers) generated."""
     return _CLASS_GRADING.sub(lambda _: class_grading_sentence(), text, count=1)
+
+
+# The precision measurement that chose the default of `course.env` (BF16_BY_DEFAULT): float32
+# (COURSE_BF16=0) against bf16 autocast (COURSE_BF16=1) on a CPU with native bf16, under each
+# load, for each thing timed ("measurements": what it is and the command). A course-loop run is
+# the line `python -m course.bench --loop-only` prints (seconds, process CPU seconds, validation
+# accuracy, precision, the 1-minute load average at its end); a notebook run is the seconds
+# `make solutions` printed for it. `make exercises` writes the README's precision table from it;
+# tests/test_timings.py fails when the README disagrees, or when env.BF16_BY_DEFAULT is not what
+# `precision_default()` reads from these runs.
+PRECISION_RUNS: dict = {
+    "when": "2026-11-27",
+    "where": "the session's 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch "
+    "2.13.0, 2 threads",
+    "measurements": {
+        "course loop": "`course.bench`'s course loop alone (94 steps of batch 32 on SST-2, the "
+        "packaged MiniLM, fused AdamW), a fresh process per run, float32 and bf16 interleaved run "
+        "by run: the calls of `python -m course.bench --loop-only`",
+        "notebook 06 Run All": "notebook 06 executed whole, as reported by issue 42's timing of a "
+        "student's run on a CPU with native bf16 (not re-measured here; no load average recorded)",
+    },
+    "loads": {
+        "idle": "nothing else running, 12:39 to 12:41 UTC, so the load average is the runs' own "
+        "two threads",
+        "busy, reported": "other processes busy beside the notebook (issue 42)",
+    },
+    "runs": [
+        {"what": "course loop", "load": "idle", "precision": "float32", "seconds": 23.53, "cpu_seconds": 45.98, "accuracy": 0.831422, "load1": 1.70},
+        {"what": "course loop", "load": "idle", "precision": "bf16 autocast", "seconds": 19.72, "cpu_seconds": 38.81, "accuracy": 0.829128, "load1": 1.76},
+        {"what": "course loop", "load": "idle", "precision": "float32", "seconds": 21.73, "cpu_seconds": 43.14, "accuracy": 0.831422, "load1": 1.80},
+        {"what": "course loop", "load": "idle", "precision": "bf16 autocast", "seconds": 19.26, "cpu_seconds": 38.23, "accuracy": 0.829128, "load1": 1.83},
+        {"what": "notebook 06 Run All", "load": "busy, reported", "precision": "float32", "seconds": 304.0, "load1": None},
+        {"what": "notebook 06 Run All", "load": "busy, reported", "precision": "bf16 autocast", "seconds": 1100.0, "load1": None},
+    ],
+}
+
+# The default is the precision that is never more than this many times slower than the other.
+SLOWDOWN_LIMIT = 1.2
+PRECISIONS = ("float32", "bf16 autocast")
+_PRECISION_BLOCK = re.compile(r"<!-- precision -->.*?<!-- /precision -->", re.DOTALL)
+
+
+def precision_medians(runs: list[dict] | None = None) -> dict[tuple[str, str], dict[str, float]]:
+    """Median wall-clock seconds per (what was timed, load) and precision, for the groups that
+    have both precisions: ``{("course loop", "idle"): {"float32": 22.6, "bf16 autocast": 19.5}}``."""
+    import statistics
+
+    runs = PRECISION_RUNS["runs"] if runs is None else runs
+    times: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for run in runs:
+        group = times.setdefault((run["what"], run["load"]), {})
+        group.setdefault(run["precision"], []).append(run["seconds"])
+    return {
+        key: {p: statistics.median(by[p]) for p in PRECISIONS}
+        for key, by in times.items()
+        if all(p in by for p in PRECISIONS)
+    }
+
+
+def precision_worst(runs: list[dict] | None = None) -> dict[str, float]:
+    """Each precision's largest slowdown against the other, over every measured group."""
+    medians = precision_medians(runs).values()
+    return {p: max((by[p] / min(by.values()) for by in medians), default=1.0) for p in PRECISIONS}
+
+
+def precision_default(runs: list[dict] | None = None) -> str:
+    """The precision never more than ``SLOWDOWN_LIMIT`` times slower than the other under any
+    measured load (of two such, the one with the smaller worst case); float32 when neither is."""
+    worst = precision_worst(runs)
+    fits = [p for p in PRECISIONS if worst[p] <= SLOWDOWN_LIMIT]
+    return min(fits, key=lambda p: worst[p]) if fits else "float32"
+
+
+def _precision_cell(runs: list[dict]) -> str:
+    """One table cell: each run's seconds (CPU seconds), then the accuracy it reached."""
+    times = ", ".join(
+        f"{r['seconds']:.1f}" + (f" ({r['cpu_seconds']:.1f})" if r.get("cpu_seconds") else "")
+        for r in runs
+    )
+    accuracies = dict.fromkeys(f"{r['accuracy']:.1%}" for r in runs if r.get("accuracy"))
+    return times + (f"; validation {' / '.join(accuracies)}" if accuracies else "")
+
+
+def _load_range(load: str) -> str:
+    """The lowest and highest load average at the end of the runs under ``load``."""
+    values = [r["load1"] for r in PRECISION_RUNS["runs"] if r["load"] == load]
+    if None in values:
+        return ""
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return f" (1-minute load average {low if low == high else f'{low} to {high}'} at the runs' ends)"
+
+
+def precision_table() -> str:
+    """The README's precision table and the lines under it (between its two markers)."""
+    rows = [
+        "<!-- precision -->",
+        "| timed | load | float32: seconds (CPU seconds) | bf16 autocast: seconds (CPU seconds) "
+        "| bf16 / float32, medians |",
+        "|---|---|---|---|---|",
+    ]
+    for (what, load), by in precision_medians().items():
+        cells = [
+            _precision_cell(
+                [
+                    r
+                    for r in PRECISION_RUNS["runs"]
+                    if (r["what"], r["load"], r["precision"]) == (what, load, precision)
+                ]
+            )
+            for precision in PRECISIONS
+        ]
+        ratio = by["bf16 autocast"] / by["float32"]
+        rows.append(f"| {what} | {load} | {cells[0]} | {cells[1]} | {ratio:.2f} |")
+    worst = precision_worst()
+    text = (
+        f"Measured on {PRECISION_RUNS['when']} on {PRECISION_RUNS['where']}, except the rows "
+        "whose load says *reported*. "
+        + " ".join(f"*{what}*: {how}." for what, how in PRECISION_RUNS["measurements"].items())
+        + " "
+        + " ".join(
+            f"*{load}*: {how}{_load_range(load)}."
+            for load, how in PRECISION_RUNS["loads"].items()
+        )
+        + f" The default is the precision never more than {SLOWDOWN_LIMIT}x slower than the "
+        f"other under either load, float32 where neither is: at worst float32 took "
+        f"{worst['float32']:.2f}x the faster one's time and bf16 autocast "
+        f"{worst['bf16 autocast']:.2f}x, so the default is **{precision_default()}**."
+    )
+    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /precision -->"
+
+
+def render_precision(text: str) -> str:
+    """README ``text`` with its precision table (between the markers) generated."""
+    return _PRECISION_BLOCK.sub(lambda _: precision_table(), text, count=1)

@@ -59,6 +59,13 @@ def seed_everything(seed: int = 0) -> None:
 # torch emulates bf16 on the CPU, which is slower than float32.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
+# Whether a CPU with native bf16 trains in bf16 autocast unless COURSE_BF16 says otherwise. The
+# default must never be more than 1.2x slower than the other precision, idle or beside busy
+# processes: measured (course/budgets.py, PRECISION_RUNS), bf16 won only on an idle machine and
+# lost far more under load, so float32 is the default and bf16 is opt-in (COURSE_BF16=1).
+# tests/test_timings.py fails when this flag and the stored runs disagree.
+BF16_BY_DEFAULT = False
+
 
 @functools.cache
 def _cpuinfo() -> str:
@@ -69,13 +76,7 @@ def _cpuinfo() -> str:
 
 
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
-    """True when the CPU does bfloat16 arithmetic in hardware (read from /proc/cpuinfo).
-
-    ``COURSE_BF16=0`` or ``=1`` overrides the detection (e.g. to compare both paths).
-    """
-    forced = os.environ.get("COURSE_BF16", "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
+    """True when the CPU does bfloat16 arithmetic in hardware (read from /proc/cpuinfo)."""
     flags: set[str] = set()
     for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
         if line.lower().startswith(("flags", "features")):
@@ -83,15 +84,25 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return any(flag in flags for flag in BF16_CPU_FLAGS)
 
 
-def autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The dtype training runs in under autocast: bf16 on a CPU with native bf16, else None.
+def bf16_forced() -> bool | None:
+    """``COURSE_BF16``: True for 1 (bf16 autocast on the CPU, native or not), False for 0
+    (float32), None when unset (the default decides)."""
+    forced = os.environ.get("COURSE_BF16", "").strip()
+    return {"1": True, "0": False}.get(forced)
 
-    GPUs keep float32 here (the notebooks' GPU runs are short and their figures were measured
-    in float32); a CPU without native bf16 would only be slower in bf16.
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype training runs in under autocast: bf16 where chosen on the CPU, else None.
+
+    On the CPU bf16 runs when ``COURSE_BF16=1`` asks for it, or by default where
+    :data:`BF16_BY_DEFAULT` says so and the CPU has native bf16. GPUs keep float32 here (the
+    notebooks' GPU runs are short and their figures were measured in float32).
     """
-    if device.type == "cpu" and cpu_has_native_bf16():
-        return torch.bfloat16
-    return None
+    if device.type != "cpu":
+        return None
+    forced = bf16_forced()
+    chosen = BF16_BY_DEFAULT and cpu_has_native_bf16() if forced is None else forced
+    return torch.bfloat16 if chosen else None
 
 
 def precision(device: torch.device) -> str:
@@ -99,16 +110,32 @@ def precision(device: torch.device) -> str:
     return "bf16 autocast" if autocast_dtype(device) is not None else "float32"
 
 
+def precision_reason(device: torch.device) -> str:
+    """Why :func:`precision` chose what it did, in a few words (empty on a GPU)."""
+    if device.type != "cpu":
+        return ""
+    forced = bf16_forced()
+    if forced is not None:
+        return f"COURSE_BF16={int(forced)}"
+    if not cpu_has_native_bf16():
+        return "no native bf16 on this CPU"
+    if BF16_BY_DEFAULT:
+        return "native bf16; COURSE_BF16=0 for float32"
+    return "bf16 autocast is opt-in: COURSE_BF16=1; measured slower under load"
+
+
 def runtime_precision(device: torch.device) -> str:
-    """The precision field of the setup line: float32, and bf16 only inside :func:`autocast`.
+    """The precision field of the setup line: float32, and bf16 only inside :func:`autocast`,
+    followed by the reason in brackets.
 
     Code runs in float32 unless it is inside ``env.autocast`` (the shared ``fit`` loop of
     notebooks 06-08, 09's training loop); a notebook that never enters it (00-05) trains in
     float32 on every machine, so the line must not say "bf16" without saying where.
     """
-    if autocast_dtype(device) is None:
-        return "float32"
-    return "float32, bf16 autocast inside env.autocast"
+    inside = autocast_dtype(device) is not None
+    field = "float32, bf16 autocast inside env.autocast" if inside else "float32"
+    reason = precision_reason(device)
+    return f"{field} ({reason})" if reason else field
 
 
 @contextlib.contextmanager

@@ -595,7 +595,7 @@ def fit(model, loader, steps: int, optimizer, *, warmup_ratio: float = 0.1, max_
         while len(history["loss"]) < steps:
             before = len(history["loss"])
             for batch in loader:
-                with env.autocast(device):  # bf16 only on a CPU that does it natively
+                with env.autocast(device):  # float32 unless bf16 is chosen (COURSE_BF16=1)
                     history["loss"].append(train_step(model, batch, optimizer, scheduler, max_grad_norm))
                 step = len(history["loss"])
                 bar.update()
@@ -619,7 +619,9 @@ def adamw(model, lr: float, weight_decay: float = 0.01, *, head=None, head_lr: f
     """AdamW over the parameters that train (frozen ones are left out), fused where torch can.
 
     The parameters of ``head`` (a sub-module, if given) get the learning rate ``head_lr``. The
-    fused implementation updates every tensor in one kernel; it is ``Trainer``'s default, and
+    fused implementation makes one call per device and dtype group, in which each tensor's
+    update is a single pass over its elements (on the CPU the call loops over the tensors); it
+    is ``Trainer``'s default, and
     PyTorch's documentation of ``torch.optim.AdamW`` calls fused "theoretically fastest", the
     foreach and fused implementations "typically faster" than the for-loop (``make bench``
     does not measure this: both of its loops use the fused one).

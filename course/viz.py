@@ -87,8 +87,14 @@ def learning_curves(
     xlabel: str = "step",
     ax: plt.Axes | None = None,
     title: str | None = None,
+    *,
+    ylabel: str,
 ) -> plt.Axes:
-    """Plot each named series (e.g. ``{"train loss": [...], "val accuracy": [...]}``)."""
+    """Plot each named series (e.g. ``{"train loss": [...], "val accuracy": [...]}``).
+
+    ``ylabel`` is required: the series' names go to the legend, and a reader still needs to
+    know what the y axis measures (a loss per token, per word, an accuracy).
+    """
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
     for name, values in history.items():
@@ -99,6 +105,7 @@ def learning_curves(
             marker="." if len(values) < 40 else None,
         )
     ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
     if title:

@@ -40,8 +40,81 @@ def test_heatmap_and_attention_grid_draw_what_they_are_given():
 
 
 def test_learning_curves_and_confusion_matrix():
-    ax = viz.learning_curves({"loss": [3.0, 2.0, 1.0], "acc": [0.1, 0.5, 0.9]})
+    ax = viz.learning_curves({"loss": [3.0, 2.0, 1.0], "acc": [0.1, 0.5, 0.9]}, ylabel="value")
     assert [line.get_label() for line in ax.get_lines()] == ["loss", "acc"]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("step", "value")  # both axes say what they show
+    with pytest.raises(TypeError, match="ylabel"):
+        viz.learning_curves({"loss": [1.0]})  # a curve without a y label is a caller's bug
     ax = viz.confusion_matrix_plot([0, 1, 1, 2], [0, 1, 2, 2], ["a", "b", "c"])
     matrix = ax.images[0].get_array()
     assert np.allclose(matrix.sum(axis=1), 1.0) and matrix[1, 2] == 0.5
+
+
+# --- precision: bf16 autocast only where the CPU has native bf16 ------------------------
+
+CPUINFO = {
+    "x86 with AVX-512 BF16": ("flags\t\t: fpu sse avx2 avx512f avx512_bf16", True),
+    "x86 with AMX": ("flags\t\t: fpu avx2 amx_bf16 amx_tile", True),
+    "Arm with BF16": ("Features\t: fp asimd bf16 i8mm", True),
+    "x86 AVX2 only": ("flags\t\t: fpu sse avx2 fma", False),
+    "x86 AVX-512 without BF16": ("flags\t\t: avx512f avx512bw avx512vl", False),
+    "no /proc/cpuinfo": ("", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CPUINFO))
+def test_native_bf16_is_read_from_the_cpu_flags(name, monkeypatch):
+    monkeypatch.delenv("COURSE_BF16", raising=False)
+    text, expected = CPUINFO[name]
+    assert env.cpu_has_native_bf16(text) is expected
+
+
+@pytest.mark.parametrize("native, expected", [(True, "bf16 autocast"), (False, "float32")])
+def test_both_precision_paths(native, expected, monkeypatch):
+    monkeypatch.setenv("COURSE_BF16", "1" if native else "0")
+    cpu = torch.device("cpu")
+    assert env.precision(cpu) == expected
+    assert expected in env.describe_runtime(cpu)
+    # the setup line says float32 first: code outside env.autocast (notebooks 00-05) runs in it
+    assert "| precision float32" in env.describe_runtime(cpu)
+    layer = torch.nn.Linear(4, 4)
+    with env.autocast(cpu):
+        out = layer(torch.randn(2, 4))
+    assert out.dtype == (torch.bfloat16 if native else torch.float32)
+    assert env.autocast_dtype(torch.device("meta")) is None  # never on another device type
+
+
+@pytest.mark.parametrize("by_default", [False, True])
+@pytest.mark.parametrize("native", [True, False])
+def test_the_default_precision_follows_the_flag_and_the_setup_line_says_why(
+    native, by_default, monkeypatch
+):
+    monkeypatch.delenv("COURSE_BF16", raising=False)
+    monkeypatch.setattr(env, "cpu_has_native_bf16", lambda cpuinfo=None: native)
+    monkeypatch.setattr(env, "BF16_BY_DEFAULT", by_default)
+    cpu = torch.device("cpu")
+    assert env.precision(cpu) == ("bf16 autocast" if native and by_default else "float32")
+    line = env.describe_runtime(cpu)
+    assert ("no native bf16 on this CPU" in line) == (not native)
+    assert ("bf16 autocast is opt-in: COURSE_BF16=1" in line) == (native and not by_default)
+    for forced in ("0", "1"):  # COURSE_BF16 decides whatever the CPU and the default
+        monkeypatch.setenv("COURSE_BF16", forced)
+        assert env.precision(cpu) == ("bf16 autocast" if forced == "1" else "float32")
+        assert f"(COURSE_BF16={forced})" in env.describe_runtime(cpu)
+
+
+def test_show_config_prints_name_value_lines_and_nested_settings(capsys):
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        lr: float = 3e-3
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        steps: int = 800
+        name: str | None = None
+        inner: Inner = Inner()
+
+    env.show_config(dataclasses.replace(Config(), steps=10))
+    assert capsys.readouterr().out == "steps = 10\nname = None\ninner.lr = 0.003\n"

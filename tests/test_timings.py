@@ -40,6 +40,9 @@ def test_the_tables_cover_every_notebook_and_nothing_else():
 def test_the_measurement_says_when_and_where():
     datetime.date.fromisoformat(RUN_TIMES["when"])
     assert "2-core" in RUN_TIMES["where"] and "idle" in RUN_TIMES["where"]
+    # each header names the machine and says the time is an idle one
+    assert "2-core" in RUN_TIMES["machine"] and "idle" in RUN_TIMES["machine"]
+    assert RUN_TIMES["machine"] in budgets.header_time_line("00")
     assert RUN_TIMES["make_check_s"] >= sum(RUN_TIMES["seconds"].values())
 
 
@@ -142,16 +145,51 @@ def test_check_names_stale_times_and_generate_fixes_them(project):
 # --- make bench: the stored runs and the README's table ----------------------------------------
 
 
-@pytest.mark.parametrize("run", budgets.BENCH_RUNS, ids=lambda run: run["when"] + run["precision"])
-def test_each_bench_run_says_when_where_how_and_under_what_load(run):
+@pytest.mark.parametrize("run", budgets.BENCH_RUNS, ids=lambda run: run["output"])
+def test_each_bench_run_says_when_where_how_under_what_load_and_keeps_its_output(run):
     datetime.date.fromisoformat(run["when"])
     assert run["where"] and run["load"]
     assert "make bench" in run["command"] or "python -m course.bench" in run["command"]
-    assert run["precision"] in ("float32", "bf16 autocast")
-    loop = run["loop"]
-    # both sides of the loop comparison ran in the same precision, the one the run names
-    assert loop["course_precision"] == loop["trainer_precision"] == run["precision"]
-    assert 0 < loop["course_accuracy"] < 1 and 0 < loop["trainer_accuracy"] < 1
+    assert run["output"] in run["command"]  # the file is what that command wrote
+    output = budgets.bench_output(run)  # stored: no figure of the table is typed by hand
+    loop = output["loop"]
+    # both sides of the loop comparison ran in the same precision
+    assert loop["course"]["precision"] == loop["trainer"]["precision"]
+    assert loop["course"]["precision"] in budgets.PRECISIONS
+    assert 0 < loop["course"]["accuracy"] < 1 and 0 < loop["trainer"]["accuracy"] < 1
+    assert output["layers"]["course_ms"] > 0 and output["layers"]["torch_ms"] > 0
+
+
+def test_the_bench_table_reads_every_figure_from_the_stored_output(tmp_path, monkeypatch):
+    import json
+
+    side = {"seconds": 20.0, "cpu_seconds": 40.0, "accuracy": 0.8314, "precision": "float32"}
+    output = {
+        "machine": "x86_64, 2 cores",
+        "loop": {
+            "steps": 94,
+            "batch_size": 32,
+            "course": side,
+            "trainer": {**side, "seconds": 21.5, "accuracy": 0.7993, "optimizer": "adamw_torch_fused",
+                        "warmup_steps": 9},
+        },
+        "layers": {
+            "sizes": {"d_model": 64, "heads": 4, "d_ff": 128, "layers": 2, "batch": 64, "length": 14},
+            "course_ms": 30.0, "torch_ms": 33.0, "course_cpu_ms": 60.0, "torch_cpu_ms": 66.0,
+        },
+    }
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "run.json").write_text(json.dumps(output), encoding="utf-8")
+    run = {"when": "2026-11-28", "where": "a test machine", "command": "make bench JSON=docs/run.json",
+           "load": "idle", "output": "docs/run.json"}
+    monkeypatch.setattr(budgets, "_ROOT", tmp_path)
+    monkeypatch.setattr(budgets, "BENCH_RUNS", [run])
+    table = budgets.bench_table()
+    for figure in ("20.0 s (40.0 s CPU)", "21.5 s", "83.1%", "79.9%", "Trainer / course 1.07 (1.00)",
+                   "torch / course 1.10 (1.10)", "`docs/run.json`", "warm-up steps 9"):
+        assert figure in table, figure
+    monkeypatch.setattr(budgets, "BENCH_RUNS", [])
+    assert "No run of `make bench` with its output stored yet" in budgets.bench_table()
 
 
 def test_readme_bench_table_quotes_the_runs():
@@ -164,7 +202,7 @@ def test_readme_bench_table_quotes_the_runs():
 def test_render_bench_rewrites_only_between_the_markers():
     text = "# T\n\nbefore\n\n<!-- bench -->\nold table\n<!-- /bench -->\n\nafter\n"
     new = budgets.render_bench(text)
-    assert new.startswith("# T\n\nbefore\n\n<!-- bench -->\n| run |")
+    assert new.startswith("# T\n\nbefore\n\n" + budgets.bench_table())
     assert new.endswith("<!-- /bench -->\n\nafter\n") and "old table" not in new
     assert budgets.render_bench(new) == new
     assert budgets.render_bench("no markers\n") == "no markers\n"
@@ -174,4 +212,59 @@ def test_readme_class_grading_time_quotes_the_grading_costs():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert budgets.class_grading_sentence() in text, (
         "the README's class-grading time differs from course/budgets.py: run `make exercises`"
+    )
+
+
+# --- the precision default: its measured runs, the rule, the README's table --------------------
+
+
+def test_the_precision_runs_say_when_where_how_and_under_what_load():
+    runs = budgets.PRECISION_RUNS
+    datetime.date.fromisoformat(runs["when"])
+    assert runs["where"] and "--loop-only" in runs["measurements"]["course loop"]
+    assert {run["what"] for run in runs["runs"]} == set(runs["measurements"])
+    # idle and at least one load beside other work, each described
+    assert {run["load"] for run in runs["runs"]} == set(runs["loads"]) > {"idle"}
+    groups = {(run["what"], run["load"]) for run in runs["runs"]}
+    for what, load in groups:
+        mine = [r for r in runs["runs"] if (r["what"], r["load"]) == (what, load)]
+        # both precisions, as many runs of each
+        assert sorted(r["precision"] for r in mine) == sorted(budgets.PRECISIONS * (len(mine) // 2))
+        assert all(r["seconds"] > 0 and (r["load1"] is None or r["load1"] >= 0) for r in mine)
+    assert set(budgets.precision_medians()) == groups  # every group compares the two
+
+
+def test_the_default_precision_is_the_one_the_stored_runs_give():
+    from course import env
+
+    assert env.BF16_BY_DEFAULT == (budgets.precision_default() == "bf16 autocast"), (
+        "course/env.py's BF16_BY_DEFAULT disagrees with PRECISION_RUNS in course/budgets.py"
+    )
+
+
+def _runs(idle: tuple[float, float], busy: tuple[float, float]) -> list[dict]:
+    return [
+        {"what": "course loop", "load": load, "precision": precision, "seconds": seconds}
+        for load, times in (("idle", idle), ("busy", busy))
+        for precision, seconds in zip(budgets.PRECISIONS, times, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    "idle, busy, expected",
+    [
+        ((20.0, 14.0), (65.0, 101.0), "float32"),  # bf16 faster idle, 1.55x slower busy
+        ((20.0, 19.0), (30.0, 35.0), "float32"),  # both within 1.2x: the smaller worst case
+        ((20.0, 16.0), (30.0, 33.0), "bf16 autocast"),  # float32 1.25x slower idle: bf16
+        ((30.0, 20.0), (20.0, 30.0), "float32"),  # neither within 1.2x: float32
+    ],
+)
+def test_precision_default_rule(idle, busy, expected):
+    assert budgets.precision_default(_runs(idle, busy)) == expected
+
+
+def test_readme_precision_table_quotes_the_runs():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert budgets.precision_table() in text, (
+        "the README's precision table differs from course/budgets.py: run `make exercises`"
     )
