@@ -249,10 +249,11 @@ def choose() -> Choice:
     if bwrap() is None:
         why = "bubblewrap is not installed (apt-get install bubblewrap)"
     else:
-        with tempfile.TemporaryDirectory(prefix="course-sandbox-probe-") as scratch:
-            choice = Choice("bwrap", uid, "bubblewrap")
-            prepare(choice, Path(scratch), [])
-            failed = _works(prefix(choice, Path(scratch)))
+        choice = Choice("bwrap", uid, "bubblewrap")
+        for _ in range(3):  # a busy machine can fail one start: only a repeated failure counts
+            with tempfile.TemporaryDirectory(prefix="course-sandbox-probe-") as scratch:
+                prepare(choice, Path(scratch), [])
+                failed = _works(prefix(choice, Path(scratch)))
             if failed is None:
                 return choice
         problems = unreachable(choice)

@@ -82,7 +82,7 @@ def require(timeout_s: float = 60.0, memory_gb: float | None = None) -> Report:
     choice = sandbox.choose()
     problems = sandbox.unreachable(choice)
     if problems:  # known before running anything: say it exactly
-        raise SetupError(f"{problems[0]}; {FIX}")
+        raise SetupError(f"{problems[0]} (isolation: {choice.kind}: {choice.why}); {FIX}")
     template, submission = notebooks()
     start = time.time()
     results = engine.grade_notebook(
