@@ -424,8 +424,8 @@ def student_env(choice: sandbox.Choice, scratch: Path, token: str, threads: int 
         **{name: inside(path) for name, path in _caches(scratch).items()},
     }
     hub = sandbox.hf_home()
-    if hub is not None:  # HOME changed: say where the prepared models are (read-only)
-        env["HF_HOME"] = str(hub)
+    if hub is not None and sandbox.reachable(choice, hub):  # HOME changed: where the prepared
+        env["HF_HOME"] = str(hub)  # models are (read-only); else the notebooks' fallbacks
     for name in PASSED_ON:
         if os.environ.get(name, "").strip():
             env[name] = os.environ[name]

@@ -277,6 +277,20 @@ def _can(uid: int, info: os.stat_result, bits: int) -> bool:
     return info.st_mode & bits == bits
 
 
+def reachable(choice: Choice, path: Path) -> bool:
+    """Whether the student uid of ``choice`` can pass every folder down to ``path`` (always in
+    bwrap, where the folders above a bound tree are made 0755, and without a uid of its own)."""
+    if choice.uid is None or choice.kind == "bwrap":
+        return True
+    for folder in [*reversed(Path(path).parents), Path(path)]:
+        try:
+            if not _can(choice.uid, folder.stat(), 0o1):
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def unreachable(choice: Choice) -> list[str]:
     """Why the student uid of ``choice`` cannot run the interpreter or reach its scratch, as
     sentences (empty: it can). In bubblewrap only the real folders inside a bound tree count:
