@@ -243,3 +243,15 @@ def test_the_setup_check_passes_here_and_reports_its_isolation():
     assert [r.status for r in results] == [NOT_IMPLEMENTED]  # the stub itself is not started
     results = engine.grade_notebook(template, right, setup.NAME)
     assert [r.status for r in results] == [PASSED]
+
+
+def test_a_folder_the_student_uid_cannot_pass_is_never_handed_to_it(tmp_path):
+    """(uid mode) the prepared model cache under a mode-700 home is not given to the student,
+    whose notebooks then take their fallbacks, rather than failing on a PermissionError."""
+    closed = tmp_path / "home"
+    (closed / "models").mkdir(parents=True)
+    closed.chmod(0o700)
+    choice = sandbox.Choice("uid", 123456, "test")
+    assert sandbox.reachable(choice, Path("/usr/lib")) is True
+    assert sandbox.reachable(choice, closed / "models") is False
+    assert sandbox.reachable(sandbox.Choice("bwrap", 65534, "test"), closed / "models") is True

@@ -45,3 +45,25 @@ def test_every_row_names_tests_that_exist(row):
     for path, name in named:
         source = (ROOT / path).read_text(encoding="utf-8")
         assert re.search(rf"^def {name}\(", source, re.MULTILINE), f"{path} has no {name}"
+
+
+def test_the_stated_notebook_bound_is_the_engines_and_fits_gradescope():
+    """The README's notebook bound is computed, not typed: 10 x GRADING_COSTS + 180 s, from the
+    cheapest to the dearest notebook; with the setup check's own bound before it, every
+    notebook graded alone (``ONLY=NN``) leaves results.json written within Gradescope's
+    default 10 minutes."""
+    from course.budgets import GRADESCOPE_DEFAULTS, GRADING_COSTS
+    from course.grading import engine
+
+    bounds = {int(nn): engine.deadline_s(int(nn)) for nn in GRADING_COSTS["cpu_s"]}
+    low, high = min(bounds, key=bounds.get), max(bounds, key=bounds.get)
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    stated = f"from {bounds[low]:.0f} s ({low:02d}) to {bounds[high]:.0f} s ({high:02d})"
+    assert stated in " ".join(text.split()), stated
+    assert f"at most {bounds[high]:.0f} s" in _section()
+    setup_check = engine.deadline_s(0)  # the known-right notebook is notebook 00's check
+    assert all(b + setup_check < GRADESCOPE_DEFAULTS["timeout_s"] for b in bounds.values())
+    for nn, cost in GRADING_COSTS["cpu_s"].items():
+        assert (
+            engine.deadline_s(int(nn)) == engine.DEADLINE_FACTOR * cost + engine.DEADLINE_MARGIN_S
+        )

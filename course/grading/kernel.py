@@ -6,12 +6,16 @@ only the exports of the notebooks *before* the graded one: a notebook-03 answer 
 notebook 03's own answer. The student's process imports that copy (it is first on
 ``PYTHONPATH``; the editable install of the repository comes after it).
 
-The process tree: grader (trusted) -> parent (a bare interpreter that waits) -> the student's
-process, which runs the cells in an IPython shell (:func:`_execute`: magics work, no Jupyter
-kernel, no ports, about a second to start). Both get an address-space limit (``RLIMIT_AS``),
-offline environment variables, a time limit *per cell* (the cell is interrupted and the next
-one runs: an infinite loop costs its own exercise and those that call it) and a hard deadline
-for the whole notebook. Both run inside the operating-system boundary of
+The process tree: grader (trusted) -> the sandbox (bubblewrap, whose init is the student's
+parent, or ``setpriv`` to a uid of its own) -> the student's process, which runs the cells in an
+IPython shell (:func:`_execute`: magics work, no Jupyter kernel, no ports, about a second to
+start). Nothing that waits for it is in its reach: the grader is another uid or outside its PID
+namespace (only without any sandbox does a bare parent interpreter stand between them). The run
+gets a cgroup of its own where the machine allows (:mod:`~course.grading.runlimits`: processes,
+memory of the whole run, CPU), an address-space limit per process (``RLIMIT_AS``), an
+environment that is an allow-list (:func:`student_env`), a time limit *per cell* (the cell is
+interrupted and the next one runs: an infinite loop costs its own exercise and those that call
+it) and a hard deadline for the whole notebook (:func:`course.grading.engine.deadline_s`). Both run inside the operating-system boundary of
 :mod:`~course.grading.sandbox` (bubblewrap: only the scratch folder writable, no network, a PID
 namespace; an unprivileged uid when the grader is root): when the run ends, or the deadline
 passes, its namespace dies and the grader waits until no process is left in it. Without a
@@ -420,8 +424,8 @@ def student_env(choice: sandbox.Choice, scratch: Path, token: str, threads: int 
         **{name: inside(path) for name, path in _caches(scratch).items()},
     }
     hub = sandbox.hf_home()
-    if hub is not None:  # HOME changed: say where the prepared models are (read-only)
-        env["HF_HOME"] = str(hub)
+    if hub is not None and sandbox.reachable(choice, hub):  # HOME changed: where the prepared
+        env["HF_HOME"] = str(hub)  # models are (read-only); else the notebooks' fallbacks
     for name in PASSED_ON:
         if os.environ.get(name, "").strip():
             env[name] = os.environ[name]

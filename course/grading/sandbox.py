@@ -249,10 +249,11 @@ def choose() -> Choice:
     if bwrap() is None:
         why = "bubblewrap is not installed (apt-get install bubblewrap)"
     else:
-        with tempfile.TemporaryDirectory(prefix="course-sandbox-probe-") as scratch:
-            choice = Choice("bwrap", uid, "bubblewrap")
-            prepare(choice, Path(scratch), [])
-            failed = _works(prefix(choice, Path(scratch)))
+        choice = Choice("bwrap", uid, "bubblewrap")
+        for _ in range(3):  # a busy machine can fail one start: only a repeated failure counts
+            with tempfile.TemporaryDirectory(prefix="course-sandbox-probe-") as scratch:
+                prepare(choice, Path(scratch), [])
+                failed = _works(prefix(choice, Path(scratch)))
             if failed is None:
                 return choice
         problems = unreachable(choice)
@@ -274,6 +275,20 @@ def _can(uid: int, info: os.stat_result, bits: int) -> bool:
     if info.st_uid == uid:
         return (info.st_mode >> 6) & bits == bits
     return info.st_mode & bits == bits
+
+
+def reachable(choice: Choice, path: Path) -> bool:
+    """Whether the student uid of ``choice`` can pass every folder down to ``path`` (always in
+    bwrap, where the folders above a bound tree are made 0755, and without a uid of its own)."""
+    if choice.uid is None or choice.kind == "bwrap":
+        return True
+    for folder in [*reversed(Path(path).parents), Path(path)]:
+        try:
+            if not _can(choice.uid, folder.stat(), 0o1):
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def unreachable(choice: Choice) -> list[str]:
