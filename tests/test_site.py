@@ -399,6 +399,8 @@ def _setup_cell_problems(driver, site: Path, page: str) -> list[str]:
         problems.append(f"the setup cell's output is {'hidden' if has_output else 'invented'}")
     if state["others"]:
         problems.append(f"{state['others']} other cells are folded")
+    if not state["summary"]:
+        return problems
     driver.execute_script("document.querySelector('article div.cell details summary').click()")
     opened = driver.execute_script(
         "const i = document.querySelector('article div.cell .cell_input');"
