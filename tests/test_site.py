@@ -7,8 +7,14 @@ Two kinds of test:
 * a real browser test of built sites, run by ``make check-site`` (which builds them and names
   them in ``COURSE_SITE_DIRS``): every page is opened in headless Chromium from Debian and
   must load without console errors, with its math typeset (no raw ``$$``), every image
-  loaded, every internal link resolving and its Colab link pointing at its own notebook.
-  Without ``COURSE_SITE_DIRS`` these tests are skipped and say how to run them.
+  loaded, every internal link resolving and its Colab link pointing at its own notebook. A
+  notebook page also has its setup cell folded (and opening on a click), an outline that
+  follows the notebook's headings with no section nested under an exercise, a copy button on
+  every code cell (one is clicked and the clipboard read), and figures that read in the light
+  and the dark scheme (screenshots: enough pixels of contrast 4.5, no glaring background),
+  checked also on a probe site of drawings in black on transparent. The search lists each
+  notebook once and shows no raw TeX. Without ``COURSE_SITE_DIRS`` these tests are skipped
+  and say how to run them.
 """
 
 from __future__ import annotations
@@ -399,6 +405,8 @@ def _setup_cell_problems(driver, site: Path, page: str) -> list[str]:
         problems.append(f"the setup cell's output is {'hidden' if has_output else 'invented'}")
     if state["others"]:
         problems.append(f"{state['others']} other cells are folded")
+    if not state["summary"]:
+        return problems
     driver.execute_script("document.querySelector('article div.cell details summary').click()")
     opened = driver.execute_script(
         "const i = document.querySelector('article div.cell .cell_input');"

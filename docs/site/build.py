@@ -12,7 +12,10 @@ this file):
 * ``notebooks/NN_name.ipynb`` (and ``solutions/NN_name.ipynb`` unless ``--no-solutions``):
   copies of the notebooks whose header badge is replaced by a link bar: Open in Colab, the
   .ipynb to download (the untouched notebook, served beside its page) and, with ``--hub``,
-  an nbgitpuller link that clones the repository into that JupyterHub;
+  an nbgitpuller link that clones the repository into that JupyterHub. In these copies the
+  setup cell is folded, a section written below an exercise heading is raised out of it (the
+  page outline), and the images of markdown cells are files Sphinx finds (attachments
+  written out, image files copied);
 * ``license.md``: the LICENSE file.
 
 The repository the badges point at is the one the notebooks already name, read from
@@ -170,7 +173,7 @@ def fold_setup_cell(notebook: nbformat.NotebookNode) -> None:
 
 
 def end_task_sections(notebook: nbformat.NotebookNode) -> None:
-    """Raise the headings that a notebook writes one level below an exercise or question
+    """Raise the headings that a notebook writes below (deeper than) an exercise or question
     heading to that heading's level, so that the page outline follows the notebook's own
     sections: an exercise is a leaf, and the concept section after it ("### BPE on the movie
     reviews" after "## Exercise 1.4") is not nested under it. Headings below a concept
@@ -231,6 +234,8 @@ def stage_attachments(text: str, target: Path, stem: str) -> str:
     for number, cell in enumerate(notebook.cells):
         attachments = cell.pop("attachments", None) if cell.cell_type == "markdown" else None
         for name, bundle in (attachments or {}).items():
+            if not bundle:
+                continue
             mime, data = next(iter(bundle.items()))
             if isinstance(data, list):  # a text format stored as lines
                 data = "".join(data)

@@ -41,10 +41,10 @@ nb_merge_streams = True
 nb_ipywidgets_js: dict = {}
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
 
-# Copy buttons on the code (cells and the code blocks of the prose), not on the outputs;
-# a "$ " prompt of a console block is not copied, nor the lines without one (its output).
-copybutton_selector = "div[class*=highlight-]:not(.output) > div.highlight > pre"  # no quotes: the
-# extension writes it into a JavaScript string
+# Copy buttons on the code (cells and the code blocks of the prose), not on the outputs; the
+# selector has no quotes, as the extension writes it into a JavaScript string. The "$ "
+# prompt of a console block is not copied, nor its lines without one (the output).
+copybutton_selector = "div[class*=highlight-]:not(.output) > div.highlight > pre"
 copybutton_prompt_text = "$ "
 
 html_theme = "furo"
