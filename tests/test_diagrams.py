@@ -84,8 +84,9 @@ def test_the_exercise_notebook_carries_the_same_diagrams(path):
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_each_embedded_diagram_is_what_its_source_draws(name):
-    """Rendering again gives the picture the notebook holds (tolerant of a font's anti-aliasing
-    on another machine, not of a changed drawing): else run make diagrams."""
+    """Rendering again gives the picture the notebook holds: else run make diagrams. A few
+    pixels may differ (a font's anti-aliasing on another machine); a changed drawing moves
+    far more (two characters of a label changed: 963 pixels of 537,240 by more than 40 levels)."""
     draw, notebook = SOURCES[name]
     fresh = _pixels(style.png(draw()))
     path = ROOT / "solutions" / f"{notebook}.ipynb"
@@ -95,7 +96,8 @@ def test_each_embedded_diagram_is_what_its_source_draws(name):
     assert stored is not None, f"{notebook} does not show {name}"
     stored_pixels = _pixels(stored)
     assert stored_pixels.shape == fresh.shape, f"{name}: run make diagrams (its size changed)"
-    assert np.abs(stored_pixels - fresh).mean() < 2.0, f"{name}: run make diagrams"
+    changed = (np.abs(stored_pixels - fresh).max(axis=-1) > 40).mean()
+    assert changed < 1e-4, f"{name}: {changed:.3%} of its pixels differ, run make diagrams"
 
 
 def test_references_allow_brackets_in_alt_text():

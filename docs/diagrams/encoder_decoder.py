@@ -56,7 +56,7 @@ def repeat_frame(c: Canvas, x: float, bottom: float, top: float, side: int, name
     label_x = left - 1.2 if side < 0 else left + WIDTH + 11.0 + 1.2
     c.text(label_x, (bottom + top) / 2, "N×", size=13, fontweight="bold",
            ha="right" if side < 0 else "left")
-    c.text(x, top - 1.4, name, size=8.5, colour="#555555", style="italic")
+    c.text(left + 1.2, top - 1.4, name, size=8.5, colour="#555555", style="italic", ha="left")
 
 
 def draw() -> Canvas:

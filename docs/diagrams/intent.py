@@ -20,7 +20,7 @@ def draw() -> Canvas:
           "Model B: the [CLS] vector through BERT's pooler", "data", size=8.5)
     c.arrow([(x, 34.5), (x, 39.4)], "(B, D)")
     c.box(x, 42, 30, 5, "Linear(D, 150)", "linear", size=9)
-    c.arrow([(x, 44.5), (x, 49.4)], "logits (N, C), C = 150 intents")
+    c.arrow([(x, 44.5), (x, 48.4)], "logits (N, C), C = 150 intents")
     c.box(x, 52, 56, 7, "apply_threshold(logits, threshold, oos_id)\n"
           r"$p = \max_c\, \mathrm{softmax}(z)_c$,  $\hat c = \arg\max_c\, z_c$", "softmax",
           size=8.5)

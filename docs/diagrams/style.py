@@ -36,7 +36,7 @@ SHAPE = "#1f5f99"  # shapes written on arrows
 ACCENT = "#b5562a"  # the one path a diagram is about (memory, cache, low-rank update)
 PANEL = "#ffffff"
 DPI = 110
-COLOURS_IN_PNG = 96  # a palette this size keeps anti-aliased text clean and the files small
+COLOURS_IN_PNG = 32  # a palette this size keeps anti-aliased text clean and the files small
 
 
 class Canvas:
