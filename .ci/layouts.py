@@ -146,7 +146,10 @@ def user_checkout() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.chown(folder, USER, USER)
     checkout = folder / "course"
-    if os.environ.get("COURSE_LAYOUTS_REUSE") == "1" and list(checkout.glob(".venv/.installed*")):
+    reuse = os.environ.get("COURSE_LAYOUTS_REUSE", "")
+    if reuse == "keep" and list(checkout.glob(".venv/.installed*")):
+        return checkout  # (developing this script) as it is: another run may be using it
+    if reuse == "1" and list(checkout.glob(".venv/.installed*")):
         # (developing this script) the user's venv kept, its checkout moved to this HEAD
         must(
             run(
@@ -253,12 +256,9 @@ def grade_layout(
     env.pop("COURSE_SANDBOX", None)
     if path:
         env["PATH"] = path
-    if user:  # the user writes OUT in a folder of its own
-        out = WORK / name / "out"
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.chown(out.parent, user, user)
+    if user:  # the user writes OUT: a folder it owns, next to the others
+        out.mkdir(parents=True)
+        shutil.chown(out, user, user)
     klass = WORK / "class"
     done = must(
         run(

@@ -157,6 +157,8 @@ def test_the_grader_finishes_and_writes_every_grade(attacked):
 
 @pytest.mark.parametrize("attack", CLASS_ATTACKS)
 def test_the_attack_scores_zero(attacked, attack):
+    # "held", not "nothing ran": the honest control of the same run got its point
+    assert attacked["rows"]["honest_a"]["0.1"] == "1", attacked["rows"]["honest_a"]
     assert attacked["rows"][attack]["0.1"] == "0", attacked["rows"][attack]
 
 

@@ -31,6 +31,8 @@ FORGERIES = ROOT / "tests" / "fixtures" / "forgeries"
 TEMPLATE = ROOT / "notebooks" / "00_welcome.ipynb"
 TIMEOUT_S = 60
 IN_PROCESS = sorted(p.stem for p in FORGERIES.glob("*.ipynb") if p.stem != "rewrite_disk")
+# The honest control, graded in the same run: "held" and "nothing ran" look alike otherwise.
+CONTROL = ROOT / "tests" / "fixtures" / "submissions" / "ada" / "00_welcome.ipynb"
 
 pytestmark = pytest.mark.slow
 
@@ -44,18 +46,19 @@ def graded(tmp_path_factory):
     os.environ["COURSE_FORGERY_RESULTS"] = str(results_dir / "results.json")
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
+            paths = {name: FORGERIES / f"{name}.ipynb" for name in IN_PROCESS}
+            paths["(honest control)"] = CONTROL
             graded = dict(
                 zip(
-                    IN_PROCESS,
+                    paths,
                     pool.map(
-                        lambda name: grading.grade_file(
-                            TEMPLATE, FORGERIES / f"{name}.ipynb", timeout_s=TIMEOUT_S
-                        ),
-                        IN_PROCESS,
+                        lambda path: grading.grade_file(TEMPLATE, path, timeout_s=TIMEOUT_S),
+                        paths.values(),
                     ),
                     strict=True,
                 )
             )
+            control = graded.pop("(honest control)")
         forged_path = results_dir / "results.json"  # out of a sandboxed student's sight
         forged = json.loads(forged_path.read_text()) if forged_path.exists() else None
         every = [r for results in graded.values() for r in results]
@@ -68,11 +71,16 @@ def graded(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return {"results": graded, "forged": forged, "written": written}
+    return {"results": graded, "forged": forged, "written": written, "control": control}
+
+
+def test_the_honest_control_graded_in_the_same_run_gets_full_marks(graded):
+    assert [r.status for r in graded["control"]] == [grading.PASSED], graded["control"]
 
 
 @pytest.mark.parametrize("name", IN_PROCESS)
 def test_forgery_scores_zero(graded, name):
+    assert [r.status for r in graded["control"]] == [grading.PASSED]  # the run did run
     (result,) = graded["results"][name]
     assert result.exercise == "0.1"
     assert not result.passed, result.message

@@ -392,3 +392,8 @@ if __name__ == "__main__":  # make sandbox
     chosen = choose()
     print(f"sandbox: {chosen.kind} ({chosen.why}); student uid: {chosen.uid or os.geteuid()}")
     print(notice(chosen) or "student code runs in the sandbox: see README, What grading protects")
+    for problem in unreachable(chosen):
+        print(f"but {problem}: grading will refuse to start (see README)")
+    from course.grading import runlimits
+
+    print(f"limits per run: {runlimits.describe(8.0)}")
