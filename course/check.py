@@ -142,16 +142,39 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
     local run that the replay is compared with.
     """
     seed = int(os.environ.get(TEST_SEED, "0"))  # the tests run every check on other inputs too
-    with obs.session(obs.LOCAL, seed):
+    with obs.session(obs.LOCAL, seed) as state:
         local = _evaluate(check, check.body, args, kwargs)
     _, record = probe(check, *args, seed=seed, **kwargs)
     replayed = replay(check, record, seed=seed, positional=len(args), keywords=tuple(kwargs))
     if (local.status, local.message) != (replayed.status, replayed.message):
+        changed = _first_change(state.record, obs.decode(record))
+        if changed is not None:  # the student's code, not the check: a verdict, not a crash
+            return CheckResult(
+                check.exercise,
+                check.title,
+                FAILED,
+                f"{changed}: your code gives different results on repeated calls with the same "
+                "inputs (the check's second run got another result than its first). The "
+                "property violated: the result depends only on the inputs.",
+                "Keep nothing between calls (no cache, counter or mask stored in a global or "
+                "on the function); compute everything from the arguments of this call.",
+            )
         raise ReplayDisagrees(
             f"{check.exercise}: the notebook says {local.status} ({local.message!r}) "
             f"but the trusted replay says {replayed.status} ({replayed.message!r})"
         )
     return replayed
+
+
+def _first_change(first: list[obs.Observation], second: list[obs.Observation]) -> str | None:
+    """The first observation the student's code answered differently in two runs of one check
+    (same seed, same inputs), or None where both runs saw the same."""
+    for a, b in zip(first, second, strict=False):
+        if a.what != b.what:
+            return a.what
+        if obs.encode([a]) != obs.encode([b]):
+            return a.what
+    return None
 
 
 def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int = 0) -> Callable:

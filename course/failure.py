@@ -27,6 +27,9 @@ _CHECKER_FILES = (
     "/course/spec.py",
     "/course/virtual.py",
     "/course/failure.py",
+    "/course/sealed.py",
+    "/course/domains.py",
+    "/course/forbidden.py",
 )
 _LIBRARY_DIRS = tuple(
     {

@@ -129,9 +129,16 @@ class Foreign:
 _EXACT = (type(None), bool, int, float, str)
 
 
+class Named(dict):
+    """A mapping whose exact type was not ``dict`` (a ``Counter``): its items as plain data and
+    the name of that type, so a check whose text states "a Counter" sees what came back."""
+
+    type_name = "dict"
+
+
 def type_name(value: Any) -> str:
     """``numpy.ndarray``, ``torch.Tensor``, ``float``: how a message names a value's type."""
-    if isinstance(value, Foreign):
+    if isinstance(value, Foreign | Named):
         return value.type_name
     kind = type(value)
     if kind.__module__ in ("builtins", "torch"):
@@ -199,8 +206,13 @@ def to_plain(value: Any) -> Any:
         return tuple(to_plain(v) for v in value)
     if isinstance(value, set | frozenset):
         return {to_plain(v) for v in value}
-    if isinstance(value, dict):
-        return {to_plain(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, dict):  # read through dict itself: a subclass's items() never runs
+        plain = {to_plain(k): to_plain(v) for k, v in dict.items(value)}
+        if type(value) is dict:
+            return plain
+        named = Named(plain)
+        named.type_name = value.type_name if isinstance(value, Named) else type_name(value)
+        return named
     raise NotPlainData(f"cannot carry a {type(value).__name__} as plain data")
 
 
@@ -224,9 +236,8 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, set | frozenset):
         return {"set": [_encode_tree(v, tensors) for v in value]}
     if isinstance(value, dict):
-        return {
-            "dict": [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]
-        }
+        items = [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]
+        return {"named": [value.type_name, items]} if isinstance(value, Named) else {"dict": items}
     raise NotPlainData(f"cannot encode a {type(value).__name__}")
 
 
@@ -255,6 +266,10 @@ def _decode_tree(node: Any, tensors: dict[str, torch.Tensor], depth: int = 0) ->
                 raise ValueError("unhashable set member")
             return set(items)
         return tuple(items) if tag == "tuple" else items
+    if tag == "named" and isinstance(body, list) and len(body) == 2 and isinstance(body[0], str):
+        named = Named(_decode_tree({"dict": body[1]}, tensors, depth + 1))
+        named.type_name = body[0][:200]
+        return named
     if tag == "dict" and isinstance(body, list):
         out = {}
         for pair in body:
@@ -419,8 +434,7 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
         sealed.restore(before)
     observation.side_effects = effects
     observation.ran = ran
-    if state.mode == PROBE:
-        state.record.append(observation)
+    state.record.append(observation)  # a probe's record; locally, what the tests compare
     return _raise_or_return(observation)
 
 

@@ -85,6 +85,8 @@ def same(a: Any, b: Any) -> bool:
         return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, Foreign) and isinstance(b, Foreign):
+        return (a.type_name, a.base) == (b.type_name, b.base) and same(a.value, b.value)
     return type(a) is type(b) and a == b
 
 
@@ -409,10 +411,12 @@ def expect_result(
             expect_result(mine, theirs, label, hint, strict, values)
         return
     if isinstance(expected, dict):
+        stated = "dict" if type(expected) is dict else type_name(expected)  # "a Counter"
         expect(
-            isinstance(got, dict),
-            f"{what} returned a {_leaf_type(got)}, but the exercise text says a dict (the "
-            "property violated: the stated return type).",
+            isinstance(got, dict) and stated in ("dict", type_name(got)),
+            f"{what} returned a {_leaf_type(got)}, but the exercise text says a {stated} (the "
+            "property violated: the stated return type; the code after it uses what a "
+            f"{stated} has).",
             hint,
         )
         missing = [k for k in expected if k not in got]
@@ -663,6 +667,25 @@ def expect_reproducible(what: str, second: Any, first: Any) -> None:
             "Pass the generator to every random draw (`generator=`); never use torch's global "
             "random functions without it.",
         ) from None
+
+
+def expect_same_again(what: str, again: Any, first: Any) -> None:
+    """No state kept between calls: the same inputs, called again after other calls, give the
+    same result (exactly: the same code on the same inputs computes the same bits)."""
+    if same(again, first):
+        return
+    try:
+        expect_result(again, first, what)
+        detail = "the values differ by a rounding error only"
+    except CheckFailure as failure:
+        detail = failure.message
+    raise CheckFailure(
+        f"{what}: your code gives different results on repeated calls with the same inputs (the "
+        f"second call, after other inputs, against the first: {detail}). The property violated: "
+        "the result depends only on the inputs.",
+        "Keep nothing between calls (no cache, counter or mask stored in a global or on the "
+        "function); compute everything from the arguments of this call.",
+    )
 
 
 @dataclass(frozen=True)

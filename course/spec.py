@@ -38,6 +38,8 @@ Worked example (notebook 00's softmax; ``tests/test_spec.py`` runs it through pr
         params=("x", "dim"), defaults={"dim": -1},
         reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
         cases=lambda: [Case("a random (4, 7) tensor", {"x": torch.randn(4, 7, generator=generator())})],
+        domains={"x": Tensors(), "dim": Numbers(lambda i: -i["x"].dim(), lambda i: i["x"].dim() - 1,
+                                                integer=True)},
     ))
 """
 
@@ -53,6 +55,7 @@ from torch import nn
 from course import forbidden as banned
 from course import properties as prop
 from course.check import exercise_check
+from course.domains import Domain, draw
 from course.observe import PROBE, StudentError, current, observe
 
 POSITIONAL, KEYWORD, DEFAULTS = "positional", "keyword", "defaults"
@@ -116,7 +119,8 @@ class Spec:
     gradients: tuple[str, ...] = ()
     properties: tuple[Property, ...] = ()
     seed: int = 0
-    forbidden: tuple[str, ...] = ()  # built-ins the text forbids ("torch.softmax"): course.forbidden
+    forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.forbidden
+    domains: Mapping[str, Domain] = field(default_factory=dict)  # course.domains: drawn inputs
 
 
 @dataclass(frozen=True)
@@ -173,8 +177,14 @@ def arrange(
         given = [p for p in given if not (p in defaults and _same_default(inputs[p], defaults[p]))]
     named = [p for p in given if p in keyword_only]
     given = [p for p in given if p not in keyword_only]
-    if form == POSITIONAL:
-        args, kwargs = tuple(inputs[p] for p in given), {}
+    if form == POSITIONAL:  # a parameter left out before a given one: its default, in place
+        last = max((params.index(p) for p in given), default=-1)
+        spots = [p for p in params[: last + 1] if p not in keyword_only]
+        if all(p in inputs or p in defaults for p in spots):
+            args = tuple(inputs[p] if p in inputs else defaults[p] for p in spots)
+        else:
+            args = tuple(inputs[p] for p in given)
+        kwargs = {}
     else:  # the first parameter positionally, the rest by name
         args = (inputs[given[0]],) if given else ()
         kwargs = {p: inputs[p] for p in given[1:]}
@@ -244,19 +254,24 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
         used = banned.uses(source, spec.forbidden) if judging() else []
         if used:
             raise prop.CheckFailure(banned.message(used, spec.forbidden), spec.hint)
-    cases = list(spec.cases())
-    random = spec.random == GLOBAL
+    written = list(spec.cases())
+    cases = written + draw(written, spec.domains, spec.defaults)
     only = spec.keyword_only
-    for case in cases:
-        results = []
-        for form in _forms(spec.forms, spec.params, spec.defaults, case.inputs, only):
-            args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form, only)
-            what = f"{spec.name}({shown}) on {case.what}"
-            if spec.mutable:  # what one call may change must not reach the next or the reference
-                args, kwargs = _fresh(args), _fresh(kwargs)
-            results.append(
-                (what, _call(what, student, args, kwargs, spec.params, random, spec.mutable))
-            )
+    drawn = (*spec.forms, *(f for f in (KEYWORD, DEFAULTS) if f not in spec.forms))
+    forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
+    earlier = _first_pass(spec, student, cases, forms) if spec.random == NONE else {}
+    called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
+    for case, declared in zip(cases, forms, strict=True):  # every call first, so that a
+        try:  # result that depends on earlier calls is named as such before any value is
+            called.append(_call_forms(spec, student, case, declared))  # judged; a failure
+        except prop.CheckFailure as failure:  # keeps its place in the table
+            called.append(failure)
+    for case, results in zip(cases, called, strict=True):
+        if case.what in earlier and isinstance(results, list) and judging():
+            prop.expect_same_again(results[0][0], results[0][1], earlier[case.what])
+    for case, results in zip(cases, called, strict=True):
+        if isinstance(results, prop.CheckFailure):
+            raise results
         _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
@@ -268,6 +283,56 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
         observed = prop.on_device(what, student, args, kwargs)
         if judging():
             prop.expect_device(what, observed)
+
+
+def _call_forms(
+    spec: Spec, student: Callable[..., Any], case: Case, forms: Sequence[str]
+) -> list[tuple[str, Any]]:
+    """``(what, result)`` of ``case`` in each distinct call form."""
+    results = []
+    only, random = spec.keyword_only, spec.random == GLOBAL
+    for form in _forms(forms, spec.params, spec.defaults, case.inputs, only):
+        args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form, only)
+        what = f"{spec.name}({shown}) on {case.what}" + _left_out(spec, case, form)
+        args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no other call
+        result = _call(what, student, args, kwargs, spec.params, random, spec.mutable)
+        results.append((what, result))
+    return results
+
+
+def _left_out(spec: Spec, case: Case, form: str) -> str:
+    """ ", relying on its default dim=-1": what the defaults form left out, in words."""
+    left = [
+        f"{p}={spec.defaults[p]!r}"
+        for p in spec.params
+        if p in spec.defaults
+        and (
+            p not in case.inputs
+            or (form == DEFAULTS and _same_default(case.inputs[p], spec.defaults[p]))
+        )
+    ]
+    return f", relying on its default {' and '.join(left)}" if left else ""
+
+
+def _first_pass(
+    spec: Spec, student: Callable[..., Any], cases: Sequence[Case], forms: Sequence[Sequence[str]]
+) -> dict:
+    """Every case called once, in reverse order, before the check's own calls: the runner then
+    calls each again after other inputs, and a result that changed depends on earlier calls (a
+    cache, a counter): a failure that says so, not a verdict that depends on the order of calls."""
+    out = {}
+    for case, declared in reversed(list(zip(cases, forms, strict=True))):
+        form = _forms(declared, spec.params, spec.defaults, case.inputs, spec.keyword_only)[0]
+        args, kwargs, shown = arrange(
+            spec.params, spec.defaults, case.inputs, form, spec.keyword_only
+        )
+        what = f"{spec.name}({shown}) on {case.what}, the first time"
+        args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no later call
+        try:
+            out[case.what] = _call(what, student, args, kwargs, spec.params, False, spec.mutable)
+        except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
+            continue  # table's order, report it as the smallest failing input
+    return out
 
 
 def _fresh(value: Any) -> Any:

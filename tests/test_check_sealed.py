@@ -46,7 +46,8 @@ class _Float32WhenCopied(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         out = super().__torch_function__(func, types, args, kwargs or {})
-        if getattr(func, "__name__", "") in ("to", "clone", "detach") and out.dtype == torch.float64:
+        copying = getattr(func, "__name__", "") in ("to", "clone", "detach")
+        if copying and out.dtype == torch.float64:
             return out.float().as_subclass(torch.Tensor)
         return out
 
@@ -137,7 +138,10 @@ def test_a_record_without_the_fingerprint_is_tampering():
 
 def test_the_right_answer_and_a_parameter_pass():
     assert nb00.softmax(right, raise_on_failure=False).passed
-    as_parameter = lambda x, dim=-1: torch.nn.Parameter(right(x, dim), requires_grad=False)  # noqa: E731
+
+    def as_parameter(x, dim=-1):
+        return torch.nn.Parameter(right(x, dim), requires_grad=False)
+
     assert nb00.softmax(as_parameter, raise_on_failure=False).passed
 
 

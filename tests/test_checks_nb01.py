@@ -203,8 +203,10 @@ def count_returns_list(word_freqs):
     return list(count_pairs(word_freqs).items())
 
 
-RIGHT_COUNT = [count_pairs, count_into_dict, count_with_index_loop]
+RIGHT_COUNT = [count_pairs, count_with_index_loop]
 WRONG_COUNT = {
+    # the text says "Return a Counter" and the next cell calls .most_common() (issue 39)
+    "a plain dict": (count_into_dict, "the exercise text says a collections.Counter"),
     "unweighted": (count_unweighted, "counted"),
     "overlap counted once": (count_once_per_word, "counted"),
     "misses the last pair": (count_misses_last_pair, "the stated result"),
@@ -837,7 +839,7 @@ def get_stats_sennrich(vocab):
         symbols = list(word)
         for i in range(len(symbols) - 1):
             pairs[symbols[i], symbols[i + 1]] += freq
-    return pairs
+    return collections.Counter(pairs)  # the glue: 1.1's text says "Return a Counter"
 
 
 def merge_sennrich(symbols, pair):

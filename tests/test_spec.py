@@ -18,6 +18,7 @@ import torch
 from course import check as check_framework
 from course import properties
 from course.check import probe, replay
+from course.domains import Numbers, Tensors
 from course.observe import Foreign, decode, encode, to_plain
 from course.properties import generator
 from course.spec import Case, Spec, check
@@ -82,11 +83,17 @@ def test_the_documented_worked_example_runs_through_probe_and_replay(where: str)
     """Copied as written, the example grades a right answer as passed and a wrong one as
     failed through the probe (the student's process) and the replay (the grader's)."""
     namespace = {"torch": torch, "Case": Case, "Spec": Spec, "check": check, "generator": generator}
+    namespace |= {"Numbers": Numbers, "Tensors": Tensors}
     exec(_worked_examples()[where], namespace)  # noqa: S102 - the documentation's own code
     documented = namespace["softmax"]
     assert replay(documented, probe(documented, right_softmax)[1]).passed
     wrong = replay(documented, probe(documented, lambda x, dim=-1: x.exp())[1])
     assert wrong.status == "failed"
+    # the declared domain at work: a default changed is met only by the drawn defaults form
+    record = probe(documented, lambda x, dim=0: right_softmax(x, dim))[1]
+    default_changed = replay(documented, record)
+    assert default_changed.status == "failed"
+    assert "relying on its default dim=-1" in default_changed.message
 
 
 def test_the_probe_computes_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from course.domains import Numbers, Tensors
 from course.properties import generator, large_scores
 from course.spec import Case, Spec, check
 
@@ -55,7 +56,13 @@ softmax = check(
         reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
         cases=_cases,
         device=False,  # 0.1's text states no device (a NumPy softmax meets the text)
-        forbidden=("torch.softmax", "torch.nn.Softmax"),  # "Use only amax, exp, sum and arithmetic, not torch.softmax"
+        forbidden=("torch.softmax", "torch.nn.Softmax"),  # "not `torch.softmax`"
+        domains={  # "along any axis": every axis of x, by either sign, and the default
+            "x": Tensors(scales=(1e3,)),
+            "dim": Numbers(
+                lambda i: -i["x"].dim(), lambda i: i["x"].dim() - 1, integer=True, hint=_DIM_HINT
+            ),
+        },
         hint="The exercise text says what softmax is: exponentiate, divide by the sum along `dim`; "
         "think about what exp does to large inputs.",
     )

@@ -32,6 +32,7 @@ from torch import nn
 from course import properties as prop
 from course.check import exercise_check
 from course.checks.reference import sinusoid_table
+from course.domains import Numbers
 from course.properties import generator
 from course.spec import (
     DEFAULTS,
@@ -1003,6 +1004,10 @@ greedy_decode = check(
         forms=FORMS,
         reference=_greedy_answer,
         cases=_greedy_cases,
+        domains={  # "at most max_new_tokens": 0 steps included
+            "max_new_tokens": Numbers(0, lambda i: i["src_ids"].shape[1] + 2, integer=True,
+                                      interior=1),
+        },
         properties=(
             Property(
                 "the decoding protocol",

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
+from course.domains import Numbers
 from course.nn import MultiHeadAttention
 from course.properties import OneOf, generator, large_scores
 from course.spec import KEYWORD, Case, Property, Spec, check
@@ -155,6 +156,11 @@ filter_logits = check(
         forms=(KEYWORD,),  # as sample() calls it: filter_logits(logits, **filter_args)
         reference=_filtered,
         cases=_filter_cases,
+        domains={  # temperature > 0; 1 <= top_k (more than the tokens allowed); 0 < top_p <= 1
+            "temperature": Numbers(0.0, 4.0, open_low=True, interior=1),
+            "top_k": Numbers(1, lambda i: i["logits"].shape[-1] + 3, integer=True, interior=1),
+            "top_p": Numbers(0.0, 1.0, open_low=True, ties=(1e-6,), interior=1),
+        },
         properties=(Property("the kept set", prop.kept_set),),
         hint="Follow the exercise text in its order: divide by the temperature; top-k keeps every "
         "logit at least as large as the k-th largest; top-p then keeps the most probable tokens "

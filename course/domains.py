@@ -1,0 +1,145 @@
+"""What each argument's text allows, declared once; the runner draws its edges and its interior.
+
+A spec's ``domains`` maps an argument to what the exercise text allows for it:
+
+* :class:`Numbers`: a range with its ends (each included or not, an end may depend on the other
+  inputs: ``dim`` runs from ``-x.dim()`` to ``x.dim() - 1``), integers or reals, and the values
+  where the text's rule turns (``ties``: a probability mass landing exactly on ``p``, a score
+  equal to the threshold). Every end and tie is drawn, then ``interior`` values between them;
+* :class:`Tensors`: the layouts a caller may pass (a non-contiguous view, a transposed view, an
+  expanded view: the same values, other strides) and the magnitudes the text allows (the worked
+  example's tensor scaled).
+
+:func:`draw` turns the declarations into cases from the spec's first case (its worked example):
+the same inputs with one argument moved to a drawn value, named in words for the message. The
+draws come from :func:`course.observe.generator`, seeded from the session seed, so the trusted
+replay draws the same inputs; nothing here reads the student's results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from course.observe import generator
+
+Bound = float | int | Callable[[Mapping[str, Any]], float] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Numbers:
+    """A number argument: ``[low, high]`` (``None``: unbounded on that side)."""
+
+    low: Bound = None
+    high: Bound = None
+    integer: bool = False
+    open_low: bool = False  # the text excludes the low end itself ("p > 0")
+    open_high: bool = False
+    ties: tuple[Any, ...] | Callable[[Mapping[str, Any]], Sequence[Any]] = ()
+    interior: int = 2
+    hint: str | None = None
+
+    def values(self, inputs: Mapping[str, Any], g: torch.Generator) -> list[tuple[Any, str]]:
+        """``(value, why)`` for every end, every tie, then ``interior`` draws between the ends."""
+        low, high = (b(inputs) if callable(b) else b for b in (self.low, self.high))
+        out: list[tuple[Any, str]] = []
+        if low is not None and not self.open_low:
+            out.append((low, "the low end of its domain"))
+        if high is not None and not self.open_high:
+            out.append((high, "the high end of its domain"))
+        ties = self.ties(inputs) if callable(self.ties) else self.ties
+        out += [(t, "a value where the text's rule turns") for t in ties]
+        lo = low if low is not None else (high - 10 if high is not None else -10)
+        hi = high if high is not None else lo + 10
+        for _ in range(self.interior):
+            u = float(torch.rand((), generator=g, dtype=torch.float64))
+            value = lo + (hi - lo) * (0.05 + 0.9 * u)
+            out.append((round(value) if self.integer else value, "drawn from its interior"))
+        if self.integer:
+            out = [(int(v), why) for v, why in out]
+        seen, unique = set(), []
+        for value, why in out:
+            if value not in seen:
+                seen.add(value)
+                unique.append((value, why))
+        return unique
+
+
+LAYOUTS = {
+    "strided": "a non-contiguous view (every other element of a wider tensor)",
+    "transposed": "a transposed view (its last two axes stored the other way)",
+    "expanded": "an expanded view (a leading axis of size 1 broadcast, stride 0)",
+}
+
+
+def relaid(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """``tensor``'s values in another layout (a view; equal values, other strides)."""
+    if layout == "strided":
+        return torch.stack([tensor, torch.zeros_like(tensor)], dim=-1)[..., 0]
+    if layout == "transposed" and tensor.dim() >= 2:
+        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "expanded" and tensor.dim() >= 1 and tensor.shape[0] == 1:
+        return tensor[:1].clone().expand_as(tensor)
+    return tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensors:
+    """A tensor argument: the layouts the text allows (every layout, unless it says
+    "contiguous") and the magnitudes (``scales`` of the worked example's floating tensor)."""
+
+    layouts: tuple[str, ...] = ("strided", "transposed")
+    scales: tuple[float, ...] = ()
+    hint: str | None = None
+
+
+Domain = Numbers | Tensors
+
+
+def draw(
+    cases: Sequence[Any],
+    domains: Mapping[str, Domain],
+    defaults: Mapping[str, Any] | None = None,
+    offset: int = 0,
+) -> list[Any]:
+    """The drawn cases: for each declared argument, the worked example (``cases[0]``, or the
+    first case that has that argument) with that argument moved across its domain, and to its
+    default (which the runner's defaults form then leaves out)."""
+    defaults = defaults or {}
+    out = []
+    g = generator(700_001 + offset)
+    for name, domain in domains.items():
+        base = next((c for c in cases if name in c.inputs), None)
+        if base is None:
+            continue
+        value = base.inputs[name]
+        if isinstance(domain, Numbers):
+            values = domain.values(base.inputs, g)
+            if name in defaults and all(v != defaults[name] for v, _ in values):
+                values.append((defaults[name], "its default"))
+            moved = [(v, f"{name}={v!r} ({why})") for v, why in values]
+        elif isinstance(value, torch.Tensor):
+            moved = [
+                (relaid(value, lay), f"`{name}` as {LAYOUTS[lay]}")
+                for lay in domain.layouts
+                if relaid(value, lay) is not value
+            ]
+            if value.is_floating_point():
+                moved += [(value * s, f"`{name}` scaled by {s:g}") for s in domain.scales]
+        else:
+            continue
+        for new, why in moved:
+            out.append(
+                dataclasses.replace(
+                    base,
+                    what=f"{base.what}, but with {why}",
+                    inputs={**base.inputs, name: new},
+                    hint=domain.hint or base.hint,
+                    grad=False,
+                    device=False,
+                )
+            )
+    return out
