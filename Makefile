@@ -45,9 +45,9 @@ check: setup ## Run every test: generated files, lint, package tests, all soluti
 check-grading: setup ## The slow end-to-end grading tests: whole submissions graded, progress on full notebooks
 	$(BIN)/python -m pytest tests -m slow -p no:cacheprovider
 
-check-samples: setup ## Run notebooks 06-09 as a laptop with no network and no data would: on the bundled samples
+check-samples: setup ## Run notebooks 06-10 as a laptop with no network and no data would: on the bundled samples
 	env -u COURSE_DATA_MIRROR COURSE_OFFLINE=1 HF_HUB_OFFLINE=1 COURSE_DATA_DIR="$$(mktemp -d)" \
-	  $(BIN)/python -m pytest solutions/06_*.ipynb solutions/07_*.ipynb solutions/08_*.ipynb solutions/09_*.ipynb \
+	  $(BIN)/python -m pytest solutions/06_*.ipynb solutions/07_*.ipynb solutions/08_*.ipynb solutions/09_*.ipynb solutions/10_*.ipynb \
 	  --nbval-lax --nbval-current-env -p no:cacheprovider
 
 test: setup ## Only the fast tests (no notebooks)

@@ -4,16 +4,18 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
 from course import properties as prop
+from course import spec
 from course.check import exercise_check, expect
 from course.checks.nb06 import _tiny_batch, _tiny_bert
 from course.properties import generator, observe
-from course.spec import Build, Case, ModuleSpec, Property, judging, run_module, weights_for
+from course.spec import Build, Case, Property, judging, weights_for
 
 HINT = ("base(x) + (alpha / r) * dropout(x) @ lora_A.T @ lora_B.T, with lora_A (r, in_features) "
         "random, lora_B (out_features, r) zero, and the base layer's weight and bias frozen.")
@@ -40,9 +42,9 @@ def _peft(base: nn.Linear, r: int, alpha: float, w: dict | None = None) -> nn.Mo
 
 def _reference(build: Build, w: dict, buffers: Any, x: torch.Tensor) -> torch.Tensor:
     """peft's forward with the check's A and B as leaves (so gradients reach them)."""
-    i = build.inputs
-    names = {f"lora_{k}.default.weight": w[f"lora_{k}"] for k in "AB"}
-    return torch.func.functional_call(_peft(i["base"], i["r"], i["alpha"]), names, (x,))
+    layer = _peft(*(build.inputs[k] for k in ("base", "r", "alpha")))
+    weights = {f"lora_{k}.default.weight": w[f"lora_{k}"] for k in "AB"}
+    return torch.func.functional_call(layer, weights, (x,))
 
 
 BUILDS = ((6, 5, True, 2, 4.0, 0.0, ((3,), (2, 4))), (8, 3, False, 4, 1.0, 0.0, ((5,), (1, 7))),
@@ -72,8 +74,7 @@ def _scale_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
         return {}
     base, update = _builds()[0].inputs["base"](x), x @ state["lora_A"].T @ state["lora_B"].T
     return {"the update is scaled by alpha instead of alpha/r": base + 4.0 * update,
-            "the update is not scaled (alpha/r is missing)": base + update,
-            "the base layer's output is missing": 2.0 * update}
+            "the update is not scaled (alpha/r is missing)": base + update}
 
 
 def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
@@ -98,7 +99,7 @@ def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
     raise prop.CheckFailure(f"{what}: {mistake} (the property violated: dropout).", HINT)
 
 
-LORA = ModuleSpec(
+LORA = spec.ModuleSpec(
     exercise="Exercise 10.1", title="LoRALinear", name="LoRALinear",
     init=("base", "r", "alpha", "dropout"), init_defaults={"dropout": 0.0}, forward=("x",),
     builds=_builds, parameters=_shapes, reference=_reference, gradients=("x",), hint=HINT,
@@ -132,7 +133,10 @@ def lora_linear(student_class: Any) -> None:
         expect(A.unique().numel() > A.numel() // 2 and bool((A != 0).any(dim=1).all()),
                f"{made}: lora_A is not drawn at random with every row non-zero (the property "
                "violated: A random; with A and B both zero no gradient reaches either).", HINT)
-    run_module(LORA, student_class)
+    spec.run_module(LORA, student_class)
+
+
+lora_linear.spec = LORA  # type: ignore[attr-defined]
 
 
 def _inject(add_lora: Any, targets: tuple, k: int) -> dict[str, Any]:
@@ -173,28 +177,26 @@ def add_lora(student: Any) -> None:
 MERGES = ((6, 5, True, 2, 4.0), (8, 3, False, 4, 1.0))  # in, out, bias, r, alpha
 
 
-class _Layer(nn.Module):
-    """A stand-in LoRALinear with the attributes the text states, and the check's A and B."""
+def _layer(k: int) -> SimpleNamespace:
+    """A stand-in LoRALinear: the attributes the text states, with the check's A and B."""
+    i, o, bias, r, alpha = MERGES[k]
+    w = weights_for({"A": (r, i), "B": (o, r)}, 60 + k)
+    return SimpleNamespace(base=_linear(i, o, bias, 40 + k).requires_grad_(False), r=r, alpha=alpha,
+                           scale=alpha / r, lora_A=nn.Parameter(w["A"]), lora_B=nn.Parameter(w["B"]))
 
-    def __init__(self, k: int):
-        super().__init__()
-        i, o, bias, self.r, self.alpha = MERGES[k]
-        self.base, self.scale = _linear(i, o, bias, 40 + k).requires_grad_(False), self.alpha / self.r
-        w = weights_for({"A": (self.r, i), "B": (o, self.r)}, 60 + k)
-        self.lora_A, self.lora_B = nn.Parameter(w["A"]), nn.Parameter(w["B"])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + self.scale * x @ self.lora_A.T @ self.lora_B.T
+def _out(layer: SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    return (layer.base(x) + layer.scale * x @ layer.lora_A.T @ layer.lora_B.T).detach()
 
 
 def _merge_run(merge: Any, unmerge: Any, k: int) -> dict[str, Any]:
-    layer, x = _Layer(k), torch.randn(3, MERGES[k][0])
+    layer, x = _layer(k), torch.randn(3, MERGES[k][0])
     out = merge(layer)
     merged = {"is_base": out is layer.base, "weight": layer.base.weight.detach().clone(),
               "leaf": layer.base.weight.is_leaf and not layer.base.weight.requires_grad,
               "y": out(x).detach() if isinstance(out, nn.Module) else None}
     unmerge(layer)
-    return {"x": x, "merged": merged, "weight": layer.base.weight.detach().clone(), "y": layer(x).detach()}
+    return {"x": x, "merged": merged, "weight": layer.base.weight.detach().clone(), "y": _out(layer, x)}
 
 
 @exercise_check("Exercise 10.3", "merge and unmerge", hint="merge: base.weight += scale * "
@@ -206,7 +208,7 @@ def merge(merge_fn: Any, unmerge_fn: Any) -> None:
         seen = observe(what, lambda k=k: _merge_run(merge_fn, unmerge_fn, k), random=True)
         if not judging():
             continue
-        layer, m = _Layer(k), seen["merged"]
+        layer, m = _layer(k), seen["merged"]
         ref = _peft(layer.base, r, alpha, {"A": layer.lora_A, "B": layer.lora_B})
         ref.merge()
         expect(m["is_base"], f"{what}: merge did not return layer.base, the same nn.Linear with "
@@ -220,7 +222,7 @@ def merge(merge_fn: Any, unmerge_fn: Any) -> None:
                    f"{what}: {name} (the property violated: merge equivalence).")
         prop.expect_result(m["weight"], ref.base_layer.weight.detach(), f"{what}: base.weight after "
                            "merge (peft's merge of the same weights)")
-        before = layer(seen["x"]).detach()
+        before = _out(layer, seen["x"])
         prop.expect_result(m["y"], before, f"{what}: the merged layer's output")
         prop.expect_result(seen["weight"], layer.base.weight.detach(), f"{what}: base.weight after unmerge")
         prop.expect_result(seen["y"], before, f"{what}: the layer's output after unmerge")
@@ -236,14 +238,13 @@ def _optimizer(k: int) -> torch.optim.Optimizer:
     return opt.step() or opt if k < 2 else opt
 
 
-@exercise_check("Exercise 10.4", "optimizer state", hint="Sum numel() * element_size() over "
-                "every tensor in every dict of optimizer.state.values(); return an int.")
-def optimizer_state_bytes(student: Any) -> None:
-    """The bytes of every tensor in the state, as an int, on three optimizers."""
-    for k, what in enumerate(("AdamW after one step", "SGD with momentum after one step",
-                              "AdamW before a step")):
-        got = observe(f"optimizer_state_bytes on {what}", lambda k=k: student(_optimizer(k)), random=True)
-        if judging():
-            expected = sum(v.numel() * v.element_size() for s in _optimizer(k).state.values()
-                           for v in s.values() if isinstance(v, torch.Tensor))
-            prop.expect_result(got, expected, f"optimizer_state_bytes on {what}")
+optimizer_state_bytes = spec.check(spec.Spec(
+    exercise="Exercise 10.4", title="optimizer state", name="optimizer_state_bytes",
+    params=("optimizer",), device=False, reference=lambda optimizer: sum(
+        v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+        if isinstance(v, torch.Tensor)),
+    cases=lambda: [Case(what, {"optimizer": _optimizer(k)}) for k, what in enumerate((
+        "AdamW after one step", "SGD with momentum after one step", "AdamW before a step"))],
+    hint="Sum numel() * element_size() over every tensor in every dict of "
+    "optimizer.state.values(); return an int.",
+))
