@@ -3,8 +3,8 @@ the property it violates named."""
 
 from __future__ import annotations
 
-import pytest
 import numpy as np
+import pytest
 import torch
 
 from course.checks import nb00

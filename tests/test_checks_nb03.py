@@ -372,7 +372,23 @@ class MHAFunctionalDropout(MHACorrect):
         return self.w_o(self.merge(dropped @ v)), weights
 
 
+class MHAForgetsNumHeads(MHACorrect):
+    """Right values; the head count not kept in ``self.num_heads`` (notebook 09 reads it)."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__(d_model, num_heads, dropout, bias)
+        self.heads = self.__dict__.pop("num_heads")
+
+    def forward(self, query, key, value, mask=None):
+        self.num_heads = self.heads
+        try:
+            return super().forward(query, key, value, mask)
+        finally:
+            del self.num_heads
+
+
 MHA_WRONG = {
+    "num_heads_not_kept": MHAForgetsNumHeads,
     "indivisible_d_model_accepted": MHANoDivisibilityCheck,
     "dropout_on_output": MHADropoutOnOutput,
     "dropout_on_heads_before_w_o": MHADropoutOnHeads,
@@ -426,6 +442,7 @@ def test_mha_functional_dropout_passes():
         ("dropout_on_heads_before_w_o", "dropout acts on the heads' outputs"),
         ("returns_weights_after_dropout", "are the ones after dropout"),
         ("dropout_never_applied", "dropout is never applied"),
+        ("num_heads_not_kept", "`self.num_heads` is None, expected 4"),
     ],
 )
 def test_mha_mistake_is_named(name, words):
@@ -633,6 +650,7 @@ class MHAAnnotated(nn.Module):
         if d_model % num_heads:
             raise ValueError("d_model must be divisible by num_heads")
         self.d_k, self.h = d_model // num_heads, num_heads
+        self.num_heads = num_heads  # the glue: the stub keeps it, notebook 09 reads it
         self.w_q, self.w_k, self.w_v, self.w_o = (
             nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
         )

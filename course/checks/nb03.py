@@ -237,6 +237,18 @@ def _mha_builds() -> list[Build]:
     ]
 
 
+def _keeps_num_heads(case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """The stub keeps ``num_heads`` on the module; notebook 09's cached attention reads
+    ``attention.num_heads`` (the heads are the reference weights' second axis)."""
+    heads = int(expected[1].shape[1])
+    prop.expect(
+        type(seen) is int and seen == heads,
+        f"MultiHeadAttention on {case.what}: `self.num_heads` is {seen!r}, expected {heads} (the "
+        "property violated: the attributes the stub keeps, which notebook 09 reads).",
+        "Keep the constructor's num_heads in `self.num_heads`, as the stub says.",
+    )
+
+
 def _mask_given(case: Case) -> bool:
     mask = case.inputs.get("mask")  # and no fully masked row, whose weights the text leaves open
     return mask is not None and bool(mask.any(-1).all())
@@ -260,6 +272,13 @@ multi_head_attention = check(
         hint=MHA_HINT,
         properties=(
             Property("the per-head weights", **prop.per_head_weights(lambda r: r[1], MHA_HINT)),
+            Property(
+                "self.num_heads",
+                _keeps_num_heads,
+                lambda m, case, call: prop.observe(
+                    f"{case.what}: self.num_heads", lambda: getattr(m, "num_heads", None)
+                ),
+            ),
             Property(
                 "blocked keys get exactly 0",
                 applies=_mask_given,
