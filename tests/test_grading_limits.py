@@ -1,0 +1,208 @@
+"""Hostile hand-ins bounded (issue 38, families 2 and 3), each graded beside an honest control
+(0.1 right) and a wrong one (0.1 wrong) in the same run, JOBS=2, notebook 00 only.
+
+Family 2, the supervisor out of reach and limits per run: a fork bomb, a memory bomb in many
+processes, a ``/dev/shm`` bomb, ``SIGSTOP`` of its parent and of every process it may signal,
+``kill(-1, SIGKILL)``, 999 cells that each sleep, 300 busy processes. Family 3, the grader's
+environment: a hand-in that prints every variable it can see into its own error message (its
+feedback) while the grader holds a database URL, a ``*_PAT`` token and an ``AWS_SESSION_KEY*``.
+
+Every hostile hand-in's softmax is wrong: any point it earned would be undeserved. For each:
+0 points, the honest control 1 and the wrong one 0 (as alone), the run of every notebook ended
+within the stated bound (:func:`course.grading.engine.deadline_s`), no grader variable in any
+output, and no process of the class left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import classroom
+from course.grading import engine, kernel, runlimits, sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+HONEST = ROOT / "tests" / "fixtures" / "submissions" / "ada" / "00_welcome.ipynb"
+WELCOME = "00_welcome.ipynb"
+WRONG = (
+    "def softmax(x, dim=-1):\n"
+    "    return x.exp() / x.exp().sum(dim=dim, keepdim=True)  # overflows for large scores\n"
+)
+MEMORY_GB = 3.0  # the run's memory here: enough for an honest notebook 00 (about 0.5 GB)
+SECRET = secrets.token_hex(10)
+GRADER_SECRETS = {
+    "DATABASE_URL": f"postgres://grader:{SECRET}@db.example/grades",
+    "GITHUB_PAT": f"ghp_{SECRET}",
+    "AWS_SESSION_KEY_ID": f"ASIA{SECRET}",
+}
+
+# Each runs in the answer cell, before a wrong softmax.
+ATTACKS = {
+    "fork_bomb": (
+        "import os\n"
+        "for _ in range(100000):\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        pass\n"
+    ),
+    "memory_bomb": (
+        "import os\n"
+        "for _ in range(8):\n"
+        "    if os.fork() == 0:\n"
+        "        hold = [b'x' * 2**28 for _ in range(8)]  # 2 GB each, written\n"
+        "        import time; time.sleep(120)\n"
+    ),
+    "shm_bomb": (
+        "import os\n"
+        "for folder in ('/dev/shm', '/tmp'):\n"
+        "    try:\n"
+        "        with open(os.path.join(folder, 'fill'), 'wb') as f:\n"
+        "            for _ in range(24):\n"
+        "                f.write(b'x' * 2**28)\n"
+        "    except OSError:\n"
+        "        pass\n"
+    ),
+    "stop_parent": (
+        "import os, signal\n"
+        "for target in (os.getppid(), -1):\n"
+        "    try:\n"
+        "        os.kill(target, signal.SIGSTOP)\n"
+        "    except OSError:\n"
+        "        pass\n"
+    ),
+    "kill_everyone": (
+        "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n"
+    ),
+    "busy_processes": (
+        "import os\n"
+        "for _ in range(300):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            while True:\n"
+        "                pass\n"
+        "    except OSError:\n"
+        "        break\n"
+    ),
+    "show_environment": (
+        "import os\nraise RuntimeError(' '.join(f'{k}={v}' for k, v in os.environ.items()))\n"
+    ),
+}
+MANY_CELLS = 990  # with the hand-in's own cells, just under limits.MAX_CELLS (1000)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        sandbox.choose().kind != "bwrap", reason=f"no sandbox here: {sandbox.choose().why}"
+    ),
+]
+
+
+def _notebook(answer: str, extra_cells: int = 0) -> bytes:
+    notebook = nbformat.read(HONEST, as_version=4)
+    index = next(i for i, c in enumerate(notebook.cells) if "def softmax" in c.source)
+    if answer != "right":
+        notebook.cells[index].source = answer
+    for number in range(extra_cells):  # a chain: each sleeps, the answer needs them all
+        previous = f"pad{number - 1}" if number else "0"
+        cell = nbformat.v4.new_code_cell(f"import time\ntime.sleep(1)\npad{number} = {previous}")
+        notebook.cells.insert(index + number, cell)
+    if extra_cells:
+        notebook.cells[index + extra_cells].source = WRONG + f"last = pad{extra_cells - 1}\n"
+    return nbformat.writes(notebook).encode()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("limits")
+    templates = base / "templates"
+    templates.mkdir()
+    (templates / WELCOME).write_bytes((ROOT / "notebooks" / WELCOME).read_bytes())
+    klass = base / "class"
+    hands = {"honest": "right", "wrong": WRONG}
+    hands.update({name: code + WRONG for name, code in ATTACKS.items()})
+    for name, answer in hands.items():
+        (klass / name).mkdir(parents=True)
+        (klass / name / WELCOME).write_bytes(_notebook(answer))
+    (klass / "many_cells").mkdir()
+    (klass / "many_cells" / WELCOME).write_bytes(_notebook(WRONG, MANY_CELLS))
+    saved = {k: os.environ.get(k) for k in GRADER_SECRETS}
+    os.environ.update(GRADER_SECRETS)
+    start = time.time()
+    try:
+        out = base / "out"
+        results = classroom.grade_class(
+            klass, out, templates, jobs=2, memory_gb=MEMORY_GB, log=lambda _: None
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    seconds = time.time() - start
+    with open(out / "grades.csv", newline="", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    texts = [p.read_text(encoding="utf-8") for p in out.rglob("*") if p.is_file()]
+    return {"results": results, "rows": rows, "texts": texts, "seconds": seconds}
+
+
+def test_the_honest_control_and_the_wrong_one_grade_as_alone(graded):
+    assert graded["rows"]["honest"]["0.1"] == "1", graded["results"]["honest"]
+    assert graded["rows"]["wrong"]["0.1"] == "0"
+
+
+@pytest.mark.parametrize("attack", [*ATTACKS, "many_cells"])
+def test_no_hostile_hand_in_earns_a_point(graded, attack):
+    assert graded["rows"][attack]["0.1"] == "0", graded["results"][attack]
+
+
+@pytest.mark.parametrize("attack", [*ATTACKS, "many_cells"])
+def test_every_run_ended_within_the_stated_bound(graded, attack):
+    bound = engine.deadline_s(0) + kernel.STARTUP_S  # the run's bound, and the replay after it
+    assert all(r.seconds <= bound for r in graded["results"][attack]), graded["results"][attack]
+
+
+def test_the_many_cells_hand_in_was_stopped_by_the_notebook_bound(graded):
+    (result,) = graded["results"]["many_cells"]
+    assert result.status == "timeout" and result.seconds >= engine.deadline_s(0) - 5, result
+
+
+def test_the_bombs_met_the_runs_own_limits_and_said_so(graded):
+    if "memory" in runlimits.available():
+        message = graded["results"]["memory_bomb"][0].message
+        assert graded["results"]["memory_bomb"][0].status in ("error", "failed"), message
+
+
+def test_no_grader_variable_reaches_any_output(graded):
+    leaked = [t for t in graded["texts"] if SECRET in t]
+    assert leaked == []
+    shown = graded["results"]["show_environment"][0].message
+    assert "RuntimeError" in shown and "PATH=" in shown  # it did print what it saw
+
+
+def test_no_process_of_the_class_is_left(graded):
+    mine = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as file:
+                    if kernel.TOKEN_ENV.encode() in file.read():
+                        mine.append(int(entry))
+            except OSError:
+                continue
+    assert mine == []
+
+
+def test_the_setup_check_reports_the_limits_that_apply():
+    line = kernel.limits_text(MEMORY_GB)
+    for name in runlimits.available():
+        assert {"pids": "processes", "memory": "memory", "cpu": "CPU"}[name] in line
+    json.dumps(line)
