@@ -428,13 +428,17 @@ PRECISION_RUNS: dict = {
     "measurements": {
         "course loop": "`course.bench`'s course loop alone (94 steps of batch 32 on SST-2, the "
         "packaged MiniLM, fused AdamW), a fresh process per run, float32 and bf16 interleaved run "
-        "by run: the calls of `python -m course.bench --loop-only`",
+        "by run when idle (side by side when shared): the calls of "
+        "`python -m course.bench --loop-only`",
         "notebook 06 Run All": "notebook 06 executed whole, as reported by issue 42's timing of a "
         "student's run on a CPU with native bf16 (not re-measured here; no load average recorded)",
     },
     "loads": {
         "idle": "nothing else running, 12:39 to 12:41 UTC, so the load average is the runs' own "
         "two threads",
+        "shared": "the session's machine shared with six other sessions' jobs (tests, notebook "
+        "runs, site builds), the two precisions side by side at the same time (both started "
+        "13:27:28 UTC; ended float32 14:23:39, bf16 autocast 14:24:25 UTC), the `--loop-only` command",
         "busy, reported": "other processes busy beside the notebook (issue 42)",
     },
     "runs": [
@@ -442,6 +446,8 @@ PRECISION_RUNS: dict = {
         {"what": "course loop", "load": "idle", "precision": "bf16 autocast", "seconds": 19.72, "cpu_seconds": 38.81, "accuracy": 0.829128, "load1": 1.76},
         {"what": "course loop", "load": "idle", "precision": "float32", "seconds": 21.73, "cpu_seconds": 43.14, "accuracy": 0.831422, "load1": 1.80},
         {"what": "course loop", "load": "idle", "precision": "bf16 autocast", "seconds": 19.26, "cpu_seconds": 38.23, "accuracy": 0.829128, "load1": 1.83},
+        {"what": "course loop", "load": "shared", "precision": "float32", "seconds": 3167.35, "cpu_seconds": 330.05, "accuracy": 0.831422, "load1": 20.79},
+        {"what": "course loop", "load": "shared", "precision": "bf16 autocast", "seconds": 3277.49, "cpu_seconds": 346.98, "accuracy": 0.829128, "load1": 18.56},
         {"what": "notebook 06 Run All", "load": "busy, reported", "precision": "float32", "seconds": 304.0, "load1": None},
         {"what": "notebook 06 Run All", "load": "busy, reported", "precision": "bf16 autocast", "seconds": 1100.0, "load1": None},
     ],
