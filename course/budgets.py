@@ -60,34 +60,33 @@ STUDENT_MINUTES: dict[str, int] = {
 # The latest recorded `make check`: seconds per solution notebook (nbval, every cell, the real
 # datasets), as printed by the per-notebook table at its end (the root conftest.py).
 RUN_TIMES: dict = {
-    "when": "2026-11-24",
+    "when": "2026-11-27",
     "where": (
-        "a 2-core x86-64 virtual machine with native bf16 (avx512_bf16: `fit` in 06-08 and 09's "
-        "loop under bf16 autocast), a fresh clone running `.ci/run` at commit d12e07d, idle but "
-        "for the session's own light commands (load 4 falling to 2, its own threads included)"
+        "a 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16; every notebook in float32, "
+        "the default), a fresh clone under /tmp running `.ci/run` at commit 794f16e, idle but for "
+        "the session's own light commands (load average 1 to 2, its own threads included)"
     ),
     # An earlier run, quoted after this one's total so that "that whole `make check`" is this one.
-    "before": "the float32-only machine of 2026-11-23 had taken 879 s (06 197 s, 07 172 s, "
-    "08 278 s)",
-    "make_check_s": 656,  # the whole `make check` of that run (1745 passed, 3 skipped)
+    "before": "the same kind of machine with `fit` and 09's loop in bf16 autocast had taken 656 s "
+    "on 2026-11-24 (06 104 s, 07 77 s, 08 125 s), without notebook 10",
+    "make_check_s": 1714,  # the whole `make check` of that run (1912 passed, 8 skipped, 1 failed: the README bound, fixed in fa41d5e)
     # The machine in a few words, for each notebook header's Time line (and the precision the
     # notebooks ran in there): the header says where the time was measured, and that it was idle.
-    "machine": "an idle 2-core x86-64 CPU (AMD EPYC, native bf16, bf16 autocast in 06-09)",
+    "machine": "an idle 2-core x86-64 CPU (AMD EPYC, float32)",
     "seconds": {
-        "00": 2.2,
-        "01": 9.6,
-        "02": 8.9,
-        "03": 13.4,
+        "00": 1.9,
+        "01": 9.8,
+        "02": 6.6,
+        "03": 9.0,
         "04": 5.7,
-        "05": 38.6,
-        "06": 103.8,
-        "07": 77.0,
-        "08": 125.1,
-        "09": 25.3,
-        # NOT measured: notebook 10 is not in the run above. A stand-in, its budget, until the
-        # next idle `make check` (an estimate of its Run All in float32 is 350-420 s: 375 steps
-        # of full fine-tuning at about 0.24 s, 2 x 750 LoRA steps at about 0.15 s, the rest).
-        "10": 240.0,
+        "05": 58.3,
+        "06": 178.7,
+        "07": 179.0,
+        "08": 264.5,
+        "09": 69.2,
+        # 10: its idle `make solutions NB=10` of the same day (488 s); under this make check a
+        # stray process of an earlier run shared the CPU and nbval took 723.4 s
+        "10": 488.0,
     },
 }
 
