@@ -615,6 +615,7 @@ def fit(model, loader, steps: int, optimizer, *, warmup_ratio: float = 0.1, max_
     return history
 
 
+# --- from solutions/06_bert_finetuning.ipynb ---
 def adamw(model, lr: float, weight_decay: float = 0.01, *, head=None, head_lr: float | None = None):
     """AdamW over the parameters that train (frozen ones are left out), fused where torch can.
 
