@@ -151,38 +151,9 @@ def user_checkout() -> Path:
         return checkout  # (developing this script) as it is: another run may be using it
     if reuse == "1" and list(checkout.glob(".venv/.installed*")):
         # (developing this script) the user's venv kept, its checkout moved to this HEAD
-        must(
-            run(
-                [
-                    "git",
-                    "-c",
-                    "safe.directory=*",
-                    "-C",
-                    str(checkout),
-                    "fetch",
-                    "-q",
-                    str(ROOT),
-                    "HEAD",
-                ]
-            ),
-            "git fetch",
-        )
-        must(
-            run(
-                [
-                    "git",
-                    "-c",
-                    "safe.directory=*",
-                    "-C",
-                    str(checkout),
-                    "reset",
-                    "-q",
-                    "--hard",
-                    "FETCH_HEAD",
-                ]
-            ),
-            "reset",
-        )
+        git = ["git", "-c", "safe.directory=*", "-C", str(checkout)]
+        must(run([*git, "fetch", "-q", str(ROOT), "HEAD"]), "git fetch")
+        must(run([*git, "reset", "-q", "--hard", "FETCH_HEAD"]), "git reset")
         must(run(["chown", "-R", f"{USER}:{USER}", str(checkout)]), "chown")
         return checkout
     checkout = clone(checkout, USER)

@@ -131,7 +131,12 @@ def readme_paragraph() -> str:
         "`course/budgets.py`, next to the budgets each notebook must stay within; a test fails "
         "when they disagree. Exercises live in `notebooks/`; worked solutions in `solutions/`."
     )
-    # No line break inside a `code span`: its spaces are held as NULs while the text is wrapped.
+    return wrap(text)
+
+
+def wrap(text: str) -> str:
+    """``text`` filled to the README's 96 columns, never breaking inside a `code span`."""
+    # The spans' spaces are held as NULs while the text is wrapped.
     held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
     wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
     return wrapped.replace("\0", " ")
@@ -260,9 +265,7 @@ def grading_table() -> str:
             else "within the defaults too."
         )
     )
-    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
-    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
-    return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /grading costs -->"
+    return "\n".join(rows) + "\n\n" + wrap(text) + "\n<!-- /grading costs -->"
 
 
 def render_grading(text: str) -> str:
@@ -381,9 +384,7 @@ def bench_table() -> str:
             f"{run['load']}; Trainer's warm-up steps {trainer['warmup_steps']}; its output is "
             f"stored in `{run['output']}`.{' ' + run['note'] if run.get('note') else ''}"
         )
-    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), " ".join(notes))
-    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
-    return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /bench -->"
+    return "\n".join(rows) + "\n\n" + wrap(" ".join(notes)) + "\n<!-- /bench -->"
 
 
 def render_bench(text: str) -> str:
@@ -544,9 +545,7 @@ def precision_table() -> str:
         f"{worst['float32']:.2f}x the faster one's time and bf16 autocast "
         f"{worst['bf16 autocast']:.2f}x, so the default is **{precision_default()}**."
     )
-    held = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
-    wrapped = textwrap.fill(held, width=96, break_long_words=False, break_on_hyphens=False)
-    return "\n".join(rows) + "\n\n" + wrapped.replace("\0", " ") + "\n<!-- /precision -->"
+    return "\n".join(rows) + "\n\n" + wrap(text) + "\n<!-- /precision -->"
 
 
 def render_precision(text: str) -> str:

@@ -41,10 +41,9 @@ pytestmark = pytest.mark.slow
 def graded(tmp_path_factory):
     """Every forgery but rewrite_disk graded here, two at a time; then results.json written."""
     results_dir = tmp_path_factory.mktemp("results")
-    saved = {k: os.environ.get(k) for k in (kernel.RESTORE_ENV, "COURSE_FORGERY_RESULTS")}
-    os.environ[kernel.RESTORE_ENV] = "0"  # others may be editing the repository meanwhile
-    os.environ["COURSE_FORGERY_RESULTS"] = str(results_dir / "results.json")
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(kernel.RESTORE_ENV, "0")  # others may be editing the repository meanwhile
+        patch.setenv("COURSE_FORGERY_RESULTS", str(results_dir / "results.json"))
         with ThreadPoolExecutor(max_workers=2) as pool:
             paths = {name: FORGERIES / f"{name}.ipynb" for name in IN_PROCESS}
             paths["(honest control)"] = CONTROL
@@ -65,12 +64,6 @@ def graded(tmp_path_factory):
         report = grading.gradescope_report(every)
         grading.write_results_json(results_dir / "results.json", report)
         written = json.loads((results_dir / "results.json").read_text())
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return {"results": graded, "forged": forged, "written": written, "control": control}
 
 

@@ -133,20 +133,14 @@ def graded(tmp_path_factory):
         (klass / name / WELCOME).write_bytes(_notebook(answer))
     (klass / "many_cells").mkdir()
     (klass / "many_cells" / WELCOME).write_bytes(_notebook(WRONG, MANY_CELLS))
-    saved = {k: os.environ.get(k) for k in GRADER_SECRETS}
-    os.environ.update(GRADER_SECRETS)
     start = time.time()
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in GRADER_SECRETS.items():
+            patch.setenv(key, value)
         out = base / "out"
         results = classroom.grade_class(
             klass, out, templates, jobs=2, memory_gb=MEMORY_GB, log=lambda _: None
         )
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     seconds = time.time() - start
     with open(out / "grades.csv", newline="", encoding="utf-8") as file:
         rows = {row["student"]: row for row in csv.DictReader(file)}

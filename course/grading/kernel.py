@@ -292,11 +292,7 @@ def kill_all(token: str, first: int | None = None) -> None:
         pids = _pids_with(token)
         if not pids:
             return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        runlimits.sigkill(pids)
         time.sleep(0.05)
 
 

@@ -38,6 +38,15 @@ CONTROLLERS = ("pids", "memory", "cpu")
 PERIOD_US = 100_000
 
 
+def sigkill(pids: list[int]) -> None:
+    """SIGKILL each of ``pids``; one already gone, or not ours to kill, is skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 @dataclass
 class RunGroup:
     """One run's cgroup: ``folders`` maps each controller to its folder (v2: one folder)."""
@@ -82,11 +91,7 @@ class RunGroup:
                 except OSError:
                     killer = None
             if killer is None:
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                sigkill(left)
             time.sleep(0.05)
 
     def hit(self) -> str | None:
