@@ -430,16 +430,16 @@ PRECISION_RUNS: dict = {
         "packaged MiniLM, fused AdamW), a fresh process per run, float32 and bf16 interleaved run "
         "by run when idle (side by side when shared): the calls of "
         "`python -m course.bench --loop-only`",
-        "notebook 06 Run All": "notebook 06 executed whole, as reported by issue 42's timing of a "
-        "student's run on a CPU with native bf16 (not re-measured here; no load average recorded)",
+        "notebook 06 Run All": "notebook 06 executed whole, as a student reported it to the course "
+        "(a CPU with native bf16; not re-measured here; no load average recorded)",
     },
     "loads": {
         "idle": "nothing else running, 12:39 to 12:41 UTC, so the load average is the runs' own "
         "two threads",
-        "shared": "the session's machine shared with six other sessions' jobs (tests, notebook "
+        "shared": "the machine shared with six other jobs of the same session (tests, notebook "
         "runs, site builds), the two precisions side by side at the same time (both started "
         "13:27:28 UTC; ended float32 14:23:39, bf16 autocast 14:24:25 UTC), the `--loop-only` command",
-        "busy, reported": "other processes busy beside the notebook (issue 42)",
+        "busy, reported": "other processes busy beside the notebook, as the student reported",
     },
     "runs": [
         {"what": "course loop", "load": "idle", "precision": "float32", "seconds": 23.53, "cpu_seconds": 45.98, "accuracy": 0.831422, "load1": 1.70},
