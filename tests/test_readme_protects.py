@@ -48,7 +48,7 @@ def test_every_row_names_tests_that_exist(row):
 
 
 def test_the_stated_notebook_bound_is_the_engines_and_fits_gradescope():
-    """The README's notebook bound is computed, not typed: 10 x GRADING_COSTS + 180 s, from the
+    """The README's notebook bound is computed, not typed: 10 x GRADING_COSTS + 120 s, from the
     cheapest to the dearest notebook; with the setup check's own bound before it, every
     notebook graded alone (``ONLY=NN``) leaves results.json written within Gradescope's
     default 10 minutes."""
