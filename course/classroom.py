@@ -667,7 +667,8 @@ def grade_class(
             score = total(scored(graded, points, manual.get(graded.student, {}), asked))[0]
             log(
                 names.text(
-                    f"{graded.student}: {score:g} points, {sum(r.passed for r in graded.results)} of "
+                    f"{graded.student}: {score:g} point{'' if score == 1 else 's'}, "
+                    f"{sum(r.passed for r in graded.results)} of "
                     f"{len(graded.results)} exercises passed (done at {graded.seconds:.0f} s)"
                 )
             )
