@@ -8,7 +8,9 @@
 * the student's environment is an allow-list: a variable planted in the grader's environment,
   or set by the grader at run time (torch's inductor cache), never reaches it;
 * an exercise left as handed out is "not implemented" (not started), whatever else happened in
-  its run: a kernel that could not start, a deadline.
+  its run: a kernel that could not start, a deadline;
+* a grader whose umask is 077 grades an honest class, and a package installed under it, that
+  the student uid cannot read, is named before anyone is graded.
 """
 
 from __future__ import annotations
@@ -255,3 +257,56 @@ def test_a_folder_the_student_uid_cannot_pass_is_never_handed_to_it(tmp_path):
     assert sandbox.reachable(choice, Path("/usr/lib")) is True
     assert sandbox.reachable(choice, closed / "models") is False
     assert sandbox.reachable(sandbox.Choice("bwrap", 65534, "test"), closed / "models") is True
+
+
+@pytest.fixture
+def umask_077():
+    """The grader's process as a hardened machine starts it: new files and folders private."""
+    before = os.umask(0o077)
+    yield
+    os.umask(before)
+
+
+def test_a_grader_with_umask_077_grades_an_honest_notebook(umask_077):
+    """Its scratch, course copy and notebook are made readable by the student uid whatever the
+    umask (sandbox.readable_by_all): 0.1 right passes, 0.1 left as handed out is not started."""
+    template = _template("00")
+    right = engine.grade_notebook(template, _with_right_softmax(template), "00.ipynb")
+    assert [r.status for r in right] == [PASSED], right
+    untouched = engine.grade_notebook(template, template, "00.ipynb")
+    assert [r.status for r in untouched] == [NOT_IMPLEMENTED], untouched
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o644])
+def test_a_package_the_student_uid_cannot_read_is_named_before_grading(monkeypatch, mode):
+    """A venv installed under umask 077: the setup check names the file and its mode, rather
+    than a kernel dying in every student's run. (Mode 644 is its control: nothing said.)"""
+    import importlib.util
+    import types
+
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        folder.chmod(0o755)
+        package = folder / "torch" / "__init__.py"
+        package.parent.mkdir()
+        package.parent.chmod(0o755)
+        package.write_text("")
+        package.chmod(mode)
+        real = importlib.util.find_spec
+        fake = types.SimpleNamespace(origin=str(package))
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: fake if name == "torch" else real(name, *a),
+        )
+        problems = sandbox.unreachable(sandbox.Choice("uid", 123456, "test"))
+        about = [p for p in problems if "read the installed package" in p]
+        if mode == 0o600:
+            assert about == [
+                f"the student uid 123456 cannot read the installed package {package}: it is "
+                f"mode 600 (owner uid {os.getuid()})"
+            ], problems
+        else:
+            assert about == [], problems
+    finally:
+        shutil.rmtree(folder)

@@ -295,6 +295,7 @@ def unreachable(choice: Choice) -> list[str]:
     """Why the student uid of ``choice`` cannot run the interpreter or reach its scratch, as
     sentences (empty: it can). In bubblewrap only the real folders inside a bound tree count:
     the folders above each mount point are made 0755 by the plan."""
+    import importlib.util
     import tempfile
 
     if choice.uid is None:
@@ -306,6 +307,10 @@ def unreachable(choice: Choice) -> list[str]:
     }
     if choice.kind == "uid":  # its scratch folders are made in the grader's temp folder
         what[Path(tempfile.gettempdir()).resolve()] = "reach its scratch folder in"
+    # What every student kernel imports: installed under a umask of 077, it is the grader's alone.
+    torch = importlib.util.find_spec("torch")
+    if torch is not None and torch.origin:
+        what[Path(os.path.realpath(torch.origin))] = "read the installed package"
     found = []
     for target, doing in what.items():
         top = next((r for r in roots if target == r or r in target.parents), None)
@@ -326,12 +331,17 @@ def unreachable(choice: Choice) -> list[str]:
                 )
                 break
         else:
-            if doing.startswith("execute"):
-                try:
-                    if not _can(choice.uid, target.stat(), 0o5):
-                        found.append(f"the student uid {choice.uid} cannot {doing} {target}")
-                except OSError:
-                    pass
+            bits = 0o5 if doing.startswith("execute") else 0o4 if doing.startswith("read") else 0
+            try:
+                info = target.stat()
+            except OSError:
+                continue
+            if bits and not _can(choice.uid, info, bits):
+                mode = f"{stat.S_IMODE(info.st_mode):o}"
+                found.append(
+                    f"the student uid {choice.uid} cannot {doing} {target}: it is mode {mode} "
+                    f"(owner uid {info.st_uid})"
+                )
     return list(dict.fromkeys(found))
 
 
@@ -362,7 +372,19 @@ def prepare(choice: Choice, scratch: Path, writable: list[Path]) -> None:
             path.mkdir(parents=True, exist_ok=True)
         if choice.uid is not None:
             os.chown(path, choice.uid, choice.uid)
-    scratch.chmod(0o755)  # mkdtemp's 0700 would keep another uid out of its own folder
+    readable_by_all(scratch)
+
+
+def readable_by_all(scratch: Path) -> None:
+    """Every folder of ``scratch`` enterable and every file readable by any uid, whatever the
+    grader's umask (077 would leave the student's uid outside its own course copy and notebook,
+    and mkdtemp makes 0700): what the student may *write* is decided by ownership, set above."""
+    for root, _, files in os.walk(scratch):
+        os.chmod(root, 0o755)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):  # chmod would follow it
+                os.chmod(path, 0o644)
 
 
 def kill_uid(choice: Choice) -> None:
