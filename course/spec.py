@@ -45,7 +45,8 @@ Worked example (notebook 00's softmax; ``tests/test_spec.py`` runs it through pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,19 +260,13 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     only = spec.keyword_only
     drawn = (*spec.forms, *(f for f in (KEYWORD, DEFAULTS) if f not in spec.forms))
     forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
-    earlier = _first_pass(spec, student, cases, forms) if spec.random == NONE else {}
-    called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
-    for case, declared in zip(cases, forms, strict=True):  # every call first, so that a
-        try:  # result that depends on earlier calls is named as such before any value is
-            called.append(_call_forms(spec, student, case, declared))  # judged; a failure
-        except prop.CheckFailure as failure:  # keeps its place in the table
-            called.append(failure)
+    earlier = (
+        _first_pass(spec.name, student, spec, cases, forms, spec.mutable)
+        if spec.random == NONE
+        else {}
+    )
+    called = _called_again(cases, earlier, lambda c, f: _call_forms(spec, student, c, f), forms)
     for case, results in zip(cases, called, strict=True):
-        if case.what in earlier and isinstance(results, list) and judging():
-            prop.expect_same_again(results[0][0], results[0][1], earlier[case.what])
-    for case, results in zip(cases, called, strict=True):
-        if isinstance(results, prop.CheckFailure):
-            raise results
         _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
@@ -315,24 +310,61 @@ def _left_out(spec: Spec, case: Case, form: str) -> str:
 
 
 def _first_pass(
-    spec: Spec, student: Callable[..., Any], cases: Sequence[Case], forms: Sequence[Sequence[str]]
+    name: str,
+    student: Any,
+    spec: Spec | ModuleSpec,
+    cases: Sequence[Case],
+    forms: Sequence[Sequence[str]],
+    free: Sequence[str] = (),
+    fresh: bool = False,
 ) -> dict:
     """Every case called once, in reverse order, before the check's own calls: the runner then
     calls each again after other inputs, and a result that changed depends on earlier calls (a
-    cache, a counter): a failure that says so, not a verdict that depends on the order of calls."""
-    out = {}
-    for case, declared in reversed(list(zip(cases, forms, strict=True))):
-        form = _forms(declared, spec.params, spec.defaults, case.inputs, spec.keyword_only)[0]
-        args, kwargs, shown = arrange(
-            spec.params, spec.defaults, case.inputs, form, spec.keyword_only
-        )
-        what = f"{spec.name}({shown}) on {case.what}, the first time"
+    cache, a counter, state kept on a module): a failure that says so, in the notebook and in
+    the trusted replay alike, not a verdict that depends on the order of calls. With ``fresh``,
+    ``student()`` builds a new module for each case: state kept on a module shows too."""
+    params = spec.params if isinstance(spec, Spec) else spec.forward
+    out = {}  # by the case's place in the table (two cases may share their words)
+    for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
+        form = _forms(declared, params, spec.defaults, case.inputs, _only(spec))[0]
+        args, kwargs, shown = arrange(params, spec.defaults, case.inputs, form, _only(spec))
+        what = f"{name}({shown}) on {case.what}, " + ("built afresh" if fresh else "the first time")
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no later call
+        run = (lambda *a, **k: student()(*a, **k)) if fresh else student
         try:
-            out[case.what] = _call(what, student, args, kwargs, spec.params, False, spec.mutable)
+            out[i] = _call(what, run, args, kwargs, params, fresh, free)
         except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
             continue  # table's order, report it as the smallest failing input
     return out
+
+
+def _called_again(
+    cases: Sequence[Case],
+    earlier: Mapping[int, Any],
+    call: Callable[[Case, Sequence[str]], list[tuple[str, Any]]],
+    forms: Sequence[Sequence[str]],
+    against: str = "the second call, after other inputs, against the first",
+) -> Iterator[list[tuple[str, Any]]]:
+    """``call(case, forms)`` for every case first, so that a result that depends on earlier
+    calls is named as such before any value is judged; then a failure (an error, an input
+    changed in place) is raised in the table's order, when its case is judged."""
+    called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
+    for case, declared in zip(cases, forms, strict=True):
+        try:
+            called.append(call(case, declared))
+        except prop.CheckFailure as failure:  # keeps its place in the table
+            called.append(failure)
+    for i, results in enumerate(called):
+        if i in earlier and isinstance(results, list) and judging():
+            prop.expect_same_again(results[0][0], results[0][1], earlier[i], against)
+    return (_raised(r) for r in called)  # each failure raised when its case's turn comes
+
+
+def _raised(results: Any) -> Any:
+    """A call's results, or its failure raised when its turn to be judged comes."""
+    if isinstance(results, prop.CheckFailure):
+        raise results
+    return results
 
 
 def _fresh(value: Any) -> Any:
@@ -484,7 +516,8 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
                 lambda m=module, w=weights: _load(m, w) and None,
             )
             cases = list(build.cases())
-            _module_cases(spec, build, module, made, cases, weights, state, first=f == 0)
+            rebuild = functools.partial(_rebuilt, student_class, args, kwargs, weights)
+            _module_cases(spec, build, module, made, cases, weights, state, f == 0, rebuild)
 
 
 def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
@@ -493,6 +526,14 @@ def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
     except StudentError as error:
         raise prop.CheckFailure(_on(what, error.message)) from None
     return module
+
+
+def _rebuilt(cls: Any, args: tuple, kwargs: dict, weights: Mapping[str, torch.Tensor]) -> Any:
+    """A second module of the student's class, built alike, with the check's weights, in eval
+    mode: what the module computes before any call has left state on it."""
+    module = cls(*args, **kwargs)
+    _load(module, weights)
+    return module.eval()
 
 
 def _load(module: nn.Module, weights: Mapping[str, torch.Tensor]) -> bool:
@@ -512,19 +553,27 @@ def _module_cases(
     weights: dict,
     state: dict,
     first: bool,
+    rebuild: Callable[[], Any],
 ) -> None:
     buffers = state["buffers"]
 
     def reference(params: Mapping[str, torch.Tensor], **inputs: Any) -> Any:
         return spec.reference(build, params, buffers, **inputs)
 
-    observe(f"{made}.eval()", lambda: module.eval() and None)
-    for case in cases:
+    def call(case: Case, forms: Sequence[str]) -> list[tuple[str, Any]]:
         results = []
-        for form in _forms(spec.forms, spec.forward, spec.defaults, case.inputs):
+        for form in _forms(forms, spec.forward, spec.defaults, case.inputs):
             args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, form)
             what = f"{made}({shown}) on {case.what}"
             results.append((what, _call(what, module, args, kwargs, spec.forward, False)))
+        return results
+
+    observe(f"{made}.eval()", lambda: module.eval() and None)
+    forms = [spec.forms] * len(cases)
+    earlier = _first_pass(made, rebuild, spec, cases, forms, fresh=True) if first else {}
+    against = "on the module after other inputs, against a module built afresh"
+    called = _called_again(cases, earlier, call, forms, against)
+    for case, results in zip(cases, called, strict=True):
         _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))
     if not first or not cases:
         return

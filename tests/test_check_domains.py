@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.checks import nb00, nb05
-from course.nn import greedy_decode
+from course.checks import nb00, nb01, nb03, nb05
+from course.nn import MultiHeadAttention, TokenEmbedding, greedy_decode
 
 
 def _softmax_along_last(x):
@@ -132,6 +132,59 @@ def test_code_that_depends_on_earlier_calls_gets_a_verdict_that_says_so(name):
     result = nb00.softmax(STATEFUL[name], raise_on_failure=False)  # local, probe and replay
     assert not result.passed
     assert "different results on repeated calls with the same inputs" in result.message
+
+
+class EmbeddingCountsCalls(TokenEmbedding):
+    """A counter on the class, across every module built: after a while it stops scaling."""
+
+    calls = 0
+
+    def forward(self, token_ids):
+        type(self).calls += 1
+        out = self.embedding(token_ids)
+        return out * self.d_model**0.5 if type(self).calls < 8 else out
+
+
+class EmbeddingLazyScale(TokenEmbedding):
+    """Right: state computed on the first call, from the constructor's arguments only."""
+
+    def forward(self, token_ids):
+        if not hasattr(self, "_scale"):
+            self._scale = self.d_model**0.5
+        return self.embedding(token_ids) * self._scale
+
+
+class AttentionKeepsItsFirstMask(MultiHeadAttention):
+    """Keeps the first mask of each shape on the module and reuses it for later masks."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            masks = self.__dict__.setdefault("_masks", {})
+            mask = masks.setdefault(tuple(mask.shape), mask)
+        return super().forward(query, key, value, mask)
+
+
+STATEFUL_MODULES = {
+    "a call counter on the embedding's class": (nb01.token_embedding, EmbeddingCountsCalls),
+    "attention keeping its first mask of each shape": (
+        nb03.multi_head_attention,
+        AttentionKeepsItsFirstMask,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL_MODULES))
+def test_a_module_whose_result_depends_on_earlier_calls_gets_a_verdict_that_says_so(name):
+    check, cls = STATEFUL_MODULES[name]
+    EmbeddingCountsCalls.calls = 0
+    result = check(cls, raise_on_failure=False)  # local, probe and replay: no ReplayDisagrees
+    assert not result.passed
+    assert "different results on repeated calls with the same inputs" in result.message
+
+
+@pytest.mark.parametrize("cls", [TokenEmbedding, EmbeddingLazyScale], ids=["course", "lazy"])
+def test_a_module_that_keeps_input_free_state_passes(cls):
+    assert nb01.token_embedding(cls, raise_on_failure=False).passed
 
 
 # --- issue 39, family 3: the interface other code uses is part of the contract -------------

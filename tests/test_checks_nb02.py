@@ -668,23 +668,7 @@ def test_hints_hold_no_answer(name, wrong):
     )
 
 
-# --- the two property helpers these checks added to course.properties ---------------------------
-
-
-@pytest.mark.parametrize(
-    "function, expected",
-    [
-        (lambda x: x * 2, "meta"),
-        (lambda x: x + torch.ones(x.shape), "cpu"),  # created without a device
-        (lambda x: torch.ones(3), "cpu"),  # returned from the CPU
-        (lambda x: x * 2 if bool(x.any()) else x, None),  # reads values: meta cannot decide
-    ],
-    ids=["follows", "mixes", "returns_cpu", "reads_values"],
-)
-def test_meta_device(function, expected):
-    from course.properties import meta_device
-
-    assert meta_device("f(x)", function, torch.zeros(3)) == expected
+# --- the property helper these checks added to course.properties -------------------------------
 
 
 def test_observe_gradients_of_a_detached_output_are_none():

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
-from course.properties import generator, large_scores
+from course.properties import attention, generator, large_scores
 from course.spec import (
     DEFAULTS,
     KEYWORD,
@@ -131,7 +131,9 @@ scaled_dot_product_attention = check(Spec(
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
-    properties=(Property("the mask", **prop.blocked_get_zero("scaled_dot_product_attention")),),
+    properties=(
+        Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
+    ),
 ))  # fmt: skip
 
 
@@ -166,7 +168,7 @@ make_causal_mask = check(Spec(
     cases=lambda: [Case(f"length {n}", {"length": n, "device": d}, device=False)
                    for n, d in ((1, None), (4, None), (7, None), (5, "cpu"))],
     hint=CAUSAL_HINT,
-    properties=(Property("the device argument", **prop.device_argument(
+    properties=(Property("the device argument", **attention.device_argument(
         "make_causal_mask", lambda case: (case.inputs["length"],), CAUSAL_HINT)),),
 ))  # fmt: skip
 
@@ -212,7 +214,7 @@ self_attention = check(ModuleSpec(
     hint="The exercise text gives the formula: queries, keys and values are three projections of "
     "x, scaled by sqrt(d_k) of the projections; the output goes through w_o.",
     properties=(
-        Property("the mask", **prop.blocked_get_zero(
+        Property("the mask", **attention.blocked_get_zero(
             "SelfAttention", "The mask does not reach the attention.")),
         Property(".double()", **prop.follows_double(
             "SelfAttention", ("x", "mask"), "Keep the parameters' dtype: no hard-coded float32."),
