@@ -160,6 +160,7 @@ class ModuleSpec:
     properties: tuple[Property, ...] = ()
     output: Callable[[Any], Any] = lambda result: result  # the tensor gradients flow from
     seed: int = 0
+    domains: Mapping[str, Domain] = field(default_factory=dict)  # forward's, drawn per build
 
 
 # --- calling as the course calls ------------------------------------------------------------
@@ -316,23 +317,21 @@ def _first_pass(
     cases: Sequence[Case],
     forms: Sequence[Sequence[str]],
     free: Sequence[str] = (),
-    fresh: bool = False,
 ) -> dict:
     """Every case called once, in reverse order, before the check's own calls: the runner then
     calls each again after other inputs, and a result that changed depends on earlier calls (a
     cache, a counter, state kept on a module): a failure that says so, in the notebook and in
-    the trusted replay alike, not a verdict that depends on the order of calls. With ``fresh``,
-    ``student()`` builds a new module for each case: state kept on a module shows too."""
+    the trusted replay alike, not a verdict that depends on the order of calls. For a module,
+    ``student`` is a second module built alike: state kept on a module shows too."""
     params = spec.params if isinstance(spec, Spec) else spec.forward
     out = {}  # by the case's place in the table (two cases may share their words)
     for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
         form = _forms(declared, params, spec.defaults, case.inputs, _only(spec))[0]
         args, kwargs, shown = arrange(params, spec.defaults, case.inputs, form, _only(spec))
-        what = f"{name}({shown}) on {case.what}, " + ("built afresh" if fresh else "the first time")
+        what = f"{name}({shown}) on {case.what}, the first time"
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no later call
-        run = (lambda *a, **k: student()(*a, **k)) if fresh else student
         try:
-            out[i] = _call(what, run, args, kwargs, params, fresh, free)
+            out[i] = _call(what, student, args, kwargs, params, False, free)
         except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
             continue  # table's order, report it as the smallest failing input
     return out
@@ -442,13 +441,16 @@ def _gradients(
     parameters: Callable[[], dict] | None = None,
     reference_parameters: dict | None = None,
 ) -> None:
+    """Gradients of the declared inputs (and of ``parameters()``, the student's) against the
+    reference's (with ``reference_parameters`` as leaves)."""
     names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
     others = {k: v for k, v in case.inputs.items() if k not in names}
     what = f"gradients of {spec.name} on {case.what}"
+    params = spec.params if isinstance(spec, Spec) else spec.forward
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
         full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
-        args, kwargs, _ = arrange(spec.params, spec.defaults, full, spec.forms[0], _only(spec))
+        args, kwargs, _ = arrange(params, spec.defaults, full, spec.forms[0], _only(spec))
         return pick(forward(*args, **kwargs))
 
     inputs = [case.inputs[n] for n in names]
@@ -515,9 +517,14 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
                 f"{made}: load the check's weights",
                 lambda m=module, w=weights: _load(m, w) and None,
             )
-            cases = list(build.cases())
-            rebuild = functools.partial(_rebuilt, student_class, args, kwargs, weights)
-            _module_cases(spec, build, module, made, cases, weights, state, f == 0, rebuild)
+            twin = None
+            if b == f == 0:  # a second module, for the cases in reverse order (_first_pass)
+                twin = _construct(f"{made}, a second one", student_class, args, kwargs)
+                observe(f"{made}, a second one: the check's weights, eval()",
+                        lambda m=twin, w=weights: _load(m, w) and m.eval() and None)  # fmt: skip
+            written = list(build.cases())
+            cases = written + draw(written, spec.domains, spec.defaults, offset=b)
+            _module_cases(spec, build, module, made, cases, weights, state, f == 0, twin)
 
 
 def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
@@ -526,14 +533,6 @@ def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
     except StudentError as error:
         raise prop.CheckFailure(_on(what, error.message)) from None
     return module
-
-
-def _rebuilt(cls: Any, args: tuple, kwargs: dict, weights: Mapping[str, torch.Tensor]) -> Any:
-    """A second module of the student's class, built alike, with the check's weights, in eval
-    mode: what the module computes before any call has left state on it."""
-    module = cls(*args, **kwargs)
-    _load(module, weights)
-    return module.eval()
 
 
 def _load(module: nn.Module, weights: Mapping[str, torch.Tensor]) -> bool:
@@ -553,7 +552,7 @@ def _module_cases(
     weights: dict,
     state: dict,
     first: bool,
-    rebuild: Callable[[], Any],
+    twin: Any = None,
 ) -> None:
     buffers = state["buffers"]
 
@@ -570,8 +569,9 @@ def _module_cases(
 
     observe(f"{made}.eval()", lambda: module.eval() and None)
     forms = [spec.forms] * len(cases)
-    earlier = _first_pass(made, rebuild, spec, cases, forms, fresh=True) if first else {}
-    against = "on the module after other inputs, against a module built afresh"
+    second = f"{made} (a second one)"
+    earlier = {} if twin is None else _first_pass(second, twin, spec, cases, forms)
+    against = "this module against a second one built alike, given the cases in reverse order"
     called = _called_again(cases, earlier, call, forms, against)
     for case, results in zip(cases, called, strict=True):
         _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))
@@ -627,27 +627,9 @@ def _module_gradients(
 ) -> None:
     """Gradients of the declared inputs and of every named parameter, against the reference
     computed with the same weights as leaves."""
-    names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
-    others = {k: v for k, v in case.inputs.items() if k not in names}
-    what = f"gradients of {spec.name} on {case.what}"
-    inputs = [case.inputs[n] for n in names]
-
-    def run(*tensors: torch.Tensor) -> torch.Tensor:
-        full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
-        args, kwargs, _ = arrange(spec.forward, spec.defaults, full, spec.forms[0])
-        return spec.output(module(*args, **kwargs))
-
-    got = prop.observe_gradients(what, run, inputs, lambda: _fresh_parameters(module))
-    if judging():
-        leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
-
-        def twin(*tensors: torch.Tensor) -> torch.Tensor:
-            return spec.output(
-                reference(leaves, **dict(zip(names, tensors, strict=True)), **others)
-            )
-
-        expected = prop.gradients(twin, inputs, leaves)
-        prop.expect_gradients(what, got, expected, names)
+    leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
+    twin = functools.partial(reference, leaves)
+    _gradients(spec, case, module, twin, spec.output, lambda: _fresh_parameters(module), leaves)
 
 
 # --- the notebook-facing check --------------------------------------------------------------

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.checks import nb00, nb01, nb03, nb05
-from course.nn import MultiHeadAttention, TokenEmbedding, greedy_decode
+from course.checks import nb00, nb01, nb02, nb03, nb05
+from course.nn import MultiHeadAttention, SelfAttention, TokenEmbedding, greedy_decode
 
 
 def _softmax_along_last(x):
@@ -93,6 +93,100 @@ RIGHT = {
 def test_right_answers_in_other_styles_pass_on_every_drawn_input(name):
     check, answer = RIGHT[name]
     assert check(answer, raise_on_failure=False).passed
+
+
+# --- issue 39, family 2: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------
+
+
+class _Projections(torch.nn.Module):
+    def __init__(self, d_model, d_k=None):
+        super().__init__()
+        d_k = d_k or d_model
+        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_model, d_k) for _ in range(3))
+        self.w_o = torch.nn.Linear(d_k, d_model)
+
+    def scores(self, x):
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, v
+
+    def attend(self, scores, v):
+        weights = scores.softmax(-1)
+        return self.w_o(weights @ v), weights
+
+
+class SelfAttentionInvertsTheMask(_Projections):
+    """Handles a boolean mask itself (~mask): a float mask raises."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return self.attend(scores, v)
+
+
+class SelfAttentionBlocksZeros(_Projections):
+    """Blocks where the mask is 0: on a float mask, 0 is where a key is allowed."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        return self.attend(scores, v)
+
+
+class SelfAttentionCastsToBool(_Projections):
+    """mask.bool(): a float mask's -inf becomes True (allowed) and its 0 False (blocked)."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.bool(), float("-inf"))
+        return self.attend(scores, v)
+
+
+class SelfAttentionAddsTheMask(_Projections):
+    """Right: a boolean mask turned into the additive one, then added, as the formula's + M."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
+        return self.attend(scores if mask is None else scores + mask, v)
+
+
+class SelfAttentionTorchSDPA(_Projections):
+    """Right: torch's fused attention, which takes both kinds (weights through identity values)."""
+
+    def forward(self, x, mask=None):
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        eye = torch.eye(k.size(-2), dtype=x.dtype, device=x.device).expand(k.shape[0], -1, -1)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return self.w_o(sdpa(q, k, v, attn_mask=mask)), sdpa(q, k, eye, attn_mask=mask)
+
+
+MASK_KINDS_WRONG = {  # OLD_PASSED: what main (boolean masks only) let through
+    "~mask on a float mask": (SelfAttentionInvertsTheMask, "raised TypeError"),
+    "mask == 0 blocks the allowed keys": (SelfAttentionBlocksZeros, "additive float mask"),
+    "mask.bool() reverses a float mask": (SelfAttentionCastsToBool, "additive float mask"),
+}
+MASK_KINDS_RIGHT = {
+    "course.nn": SelfAttention,
+    "adds the mask": SelfAttentionAddsTheMask,
+    "torch's fused attention": SelfAttentionTorchSDPA,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASK_KINDS_WRONG))
+def test_a_mask_kind_the_text_accepts_is_drawn(name):
+    cls, phrase = MASK_KINDS_WRONG[name]
+    result = nb02.self_attention(cls, raise_on_failure=False)
+    assert not result.passed
+    assert phrase in result.message and "as an additive float mask" in result.message
+
+
+@pytest.mark.parametrize("name", sorted(MASK_KINDS_RIGHT))
+def test_every_mask_kind_passes_in_other_styles(name):
+    assert nb02.self_attention(MASK_KINDS_RIGHT[name], raise_on_failure=False).passed
 
 
 # --- issue 39, family 5: code whose result depends on earlier calls gets a verdict ----------
@@ -212,3 +306,77 @@ def test_a_dict_where_the_text_says_a_counter_fails_naming_the_class():
     assert not result.passed
     assert "returned a dict, but the exercise text says a collections.Counter" in result.message
     assert nb01.count_pairs(count_pairs_as_a_counter, raise_on_failure=False).passed
+
+
+# --- issue 39, item 5: messages a student reads once ---------------------------------------
+
+
+def words_from_last_piece(word_ids, token_predictions, num_words):
+    """Each word gets the prediction of its LAST piece (the later pieces overwrite)."""
+    out = [-1] * num_words
+    for j, w in enumerate(word_ids):
+        if w is not None:
+            out[w] = int(token_predictions[j])
+    return out
+
+
+def _words_first_piece(word_ids, token_predictions, num_words):
+    out, previous = [-1] * num_words, None
+    for j, w in enumerate(word_ids):
+        if w is not None and w != previous:
+            out[w] = int(token_predictions[j])
+        previous = w
+    return out
+
+
+def words_found_only(word_ids, token_predictions, num_words):
+    """Leaves out the words truncation removed instead of giving them -1."""
+    return [v for v in _words_first_piece(word_ids, token_predictions, num_words) if v != -1]
+
+
+def softmax_as_a_number(x, dim=-1):
+    """Returns the sum of the probabilities, rounded to an int."""
+    return int(_softmax_along_last(x.movedim(dim, -1)).sum().round())
+
+
+def threshold_naive_softmax(logits, threshold, oos_id):
+    """exp(x) / sum(exp(x)) with no max shift: inf / inf on logits in the thousands."""
+    e = logits.exp()
+    confidence, prediction = (e / e.sum(-1, keepdim=True)).max(-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+# (check, implementation, what the message must say, what it must not say)
+MESSAGES = {
+    "7.2: the piece a word's value came from": (
+        "nb07.word_predictions", words_from_last_piece,
+        ("the prediction of token", "piece 3 of 3 of word 1", "its first piece"), ()),
+    "7.2: a list shown by its values": (
+        "nb07.word_predictions", words_found_only,
+        ("returned 7 values, expected 12: yours [", "expected [", "stops after item 6"), ()),
+    "0.1: the article of a type": (
+        "nb00.softmax", softmax_as_a_number, ("returned an int",), ("a int",)),
+    "8.2: numeric range named, not a wrong rule": (
+        "nb08.apply_threshold", threshold_naive_softmax,
+        ("overflows", "(the property violated: numeric range)"), ("largest softmax probability",)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES))
+def test_a_message_names_the_mistake_with_both_values(name):
+    import importlib
+
+    path, implementation, says, never = MESSAGES[name]
+    module, check = path.split(".")
+    run = getattr(importlib.import_module(f"course.checks.{module}"), check)
+    result = run(implementation, raise_on_failure=False)
+    assert not result.passed
+    assert all(phrase in result.message for phrase in says), result.message
+    assert not any(phrase in result.message for phrase in never), result.message
+    assert "(numeric range)" not in result.message.replace("violated: numeric range)", "")
+
+
+def test_the_right_word_predictions_pass():
+    from course.checks import nb07
+
+    assert nb07.word_predictions(_words_first_piece, raise_on_failure=False).passed

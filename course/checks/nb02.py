@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
+from course.domains import Masks
 from course.properties import attention, generator, large_scores
 from course.spec import (
     DEFAULTS,
@@ -175,6 +176,11 @@ make_causal_mask = check(Spec(
 
 # --- 2.4 SelfAttention -----------------------------------------------------------------------
 
+MASK_KINDS = (
+    "forward passes the mask on to scaled_dot_product_attention, which takes every mask kind of "
+    "2.1: a float mask is added to the scores (0 keeps a key, -inf blocks it)."
+)
+
 
 def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask: Any = None) -> Any:
     q, k, v = (F.linear(x, w[f"{n}.weight"].to(x.dtype), w[f"{n}.bias"].to(x.dtype))
@@ -211,6 +217,7 @@ self_attention = check(ModuleSpec(
     builds=lambda: [Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
                     Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
     parameters=_layers, reference=_self_attention, gradients=("x",), output=lambda r: r[0],
+    domains={"mask": Masks(hint=MASK_KINDS)},  # "passes the mask to your sdp attention"
     hint="The exercise text gives the formula: queries, keys and values are three projections of "
     "x, scaled by sqrt(d_k) of the projections; the output goes through w_o.",
     properties=(
