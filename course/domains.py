@@ -43,6 +43,7 @@ class Numbers:
     ties: tuple[Any, ...] | Callable[[Mapping[str, Any]], Sequence[Any]] = ()
     interior: int = 2
     hint: str | None = None
+    base: Callable[[Mapping[str, Any]], bool] | None = None  # which case to move (else the first)
 
     def values(self, inputs: Mapping[str, Any], g: torch.Generator) -> list[tuple[Any, str]]:
         """``(value, why)`` for every end, every tie, then ``interior`` draws between the ends."""
@@ -128,7 +129,8 @@ def draw(
     out = []
     g = generator(700_001 + offset)
     for name, domain in domains.items():
-        base = next((c for c in cases if name in c.inputs), None)
+        chosen = getattr(domain, "base", None) or (lambda inputs: True)
+        base = next((c for c in cases if name in c.inputs and chosen(c.inputs)), None)
         if base is None:
             continue
         value = base.inputs[name]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.checks import nb00, nb01, nb02, nb03, nb05
+from course.checks import nb00, nb01, nb02, nb03, nb05, nb06
 from course.nn import MultiHeadAttention, SelfAttention, TokenEmbedding, greedy_decode
 
 
@@ -93,6 +93,52 @@ RIGHT = {
 def test_right_answers_in_other_styles_pass_on_every_drawn_input(name):
     check, answer = RIGHT[name]
     assert check(answer, raise_on_failure=False).passed
+
+
+# --- issue 39, family 1: 6.1's probability at both ends (exact there: no draw decides) -------
+
+
+def _corrupted(input_ids, selected, mask_token_id, vocab_size):
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    draw = torch.rand(input_ids.shape, device=input_ids.device)
+    mask = torch.full_like(input_ids, mask_token_id)
+    masked = torch.where(selected & (draw < 0.8), mask, input_ids)
+    random_ids = torch.randint(vocab_size, input_ids.shape, device=input_ids.device)
+    return torch.where(selected & (draw >= 0.8) & (draw < 0.9), random_ids, masked), labels
+
+
+def mask_tokens_rand_below(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                           mlm_probability=0.15):  # fmt: skip
+    """Right: one uniform draw per token, selected below the probability."""
+    draw = torch.rand(input_ids.shape, device=input_ids.device)
+    selected = (draw < mlm_probability) & ~special_tokens_mask
+    return _corrupted(input_ids, selected, mask_token_id, vocab_size)
+
+
+def mask_tokens_at_least_one(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                             mlm_probability=0.15):  # fmt: skip
+    """Makes sure every row has a target: a row with none gets one ordinary token selected."""
+    ordinary = ~special_tokens_mask
+    selected = (torch.rand(input_ids.shape, device=input_ids.device) < mlm_probability) & ordinary
+    empty = ~selected.any(-1) & ordinary.any(-1)
+    scores = torch.rand(input_ids.shape, device=input_ids.device).masked_fill(~ordinary, -1.0)
+    one = torch.zeros_like(selected).scatter(-1, scores.argmax(-1, keepdim=True), True)
+    return _corrupted(input_ids, selected | (one & empty[:, None]), mask_token_id, vocab_size)
+
+
+def mask_tokens_floor(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                      mlm_probability=0.15):  # fmt: skip
+    """Never lets the probability fall below 5%, "so that there is something to learn"."""
+    return mask_tokens_rand_below(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                                  max(mlm_probability, 0.05))  # fmt: skip
+
+
+def test_the_ends_of_a_probability_are_drawn():
+    for wrong in (mask_tokens_at_least_one, mask_tokens_floor):  # main let both through
+        result = nb06.mask_tokens(wrong, raise_on_failure=False)
+        assert not result.passed
+        assert "mlm_probability=0, yet the token at" in result.message, result.message
+    assert nb06.mask_tokens(mask_tokens_rand_below, raise_on_failure=False).passed
 
 
 # --- issue 39, family 2: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------

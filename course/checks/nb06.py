@@ -30,6 +30,7 @@ from torch import nn
 
 from course import properties as prop
 from course.check import CheckFailure, exercise_check, expect
+from course.domains import Numbers
 from course.observe import StudentError
 from course.properties import generator, modes, observe, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
@@ -107,8 +108,19 @@ def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> Non
     -100 or the ORIGINAL id, only selected tokens replaced, replacements inside [0, vocab)."""
     ids, special, masked, labels, _ = _masking_parts(case, got)
     what, vocab = _masking_what(case), case.inputs["vocab_size"]
-    selected = labels != IGNORE_INDEX
+    selected, p = labels != IGNORE_INDEX, case.inputs.get("mlm_probability", 0.15)
+    exact = [  # the ends of the probability: no draw decides there
+        (selected, "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
+         "The property violated: each ordinary token is selected with probability "
+         "mlm_probability, here never.")
+    ] if p == 0 else [
+        (~special & ~selected, "mlm_probability=1, yet the ordinary token at {at} (id {o}) was "
+         "not selected. The property violated: each ordinary token is selected with probability "
+         "mlm_probability, here always.")
+    ] if p == 1 else []  # fmt: skip
+    rule = "Select with exactly the probability given; add no rule of your own around it."
     for bad, message, hint in (
+        *((bad, message, rule) for bad, message in exact),
         (
             special & (selected | (masked != ids)),
             "a special or padding token (id {o}) at {at} was selected or changed (label {l}, "
@@ -258,6 +270,10 @@ mask_tokens = check(
                 applies=lambda case: case.inputs["vocab_size"] <= 64,
             ),
         ),
+        domains={  # "with probability mlm_probability": both ends, and the default left out
+            "mlm_probability": Numbers(0.0, 1.0, interior=0, base=lambda i: i["vocab_size"] > 64
+                                       and 10 < i["input_ids"].numel() < 1000),
+        },  # fmt: skip
         hint="Two random decisions: first which ordinary tokens are selected (probability "
         "`mlm_probability`), then, among the selected only, what happens to each (80/10/10).",
     )
