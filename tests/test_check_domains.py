@@ -354,6 +354,40 @@ def test_a_dict_where_the_text_says_a_counter_fails_naming_the_class():
     assert nb01.count_pairs(count_pairs_as_a_counter, raise_on_failure=False).passed
 
 
+class AttentionRefusesInForward(MultiHeadAttention):
+    """Builds whatever it is given; split_heads refuses the sizes at the first forward call."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        torch.nn.Module.__init__(self)
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (
+            torch.nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
+        )
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        if query.shape[-1] % self.num_heads:
+            raise ValueError("d_model is not divisible by num_heads")
+        return super().forward(query, key, value, mask)
+
+
+class AttentionChecksTheProduct(MultiHeadAttention):
+    """Right: refuses in __init__ by another test (d_k * num_heads != d_model)."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        if (d_model // num_heads) * num_heads != d_model:
+            raise ValueError(f"{num_heads} heads cannot share {d_model} features")
+        super().__init__(d_model, num_heads, dropout, bias)
+
+
+def test_where_the_error_is_raised_is_part_of_the_contract():
+    result = nb03.multi_head_attention(AttentionRefusesInForward, raise_on_failure=False)
+    assert not result.passed  # main let it through: its attempt built the module and called it
+    assert "built without any forward call, was accepted" in result.message, result.message
+    for right in (MultiHeadAttention, AttentionChecksTheProduct):
+        assert nb03.multi_head_attention(right, raise_on_failure=False).passed
+
+
 # --- issue 39, item 5: messages a student reads once ---------------------------------------
 
 

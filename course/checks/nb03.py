@@ -296,9 +296,10 @@ multi_head_attention = check(
                 applies=lambda c: c.what.startswith("self-attention, x"),
                 **prop.refusal(
                     ValueError,
-                    lambda m: type(m)(10, 3)(*[torch.zeros(2, 3, 10)] * 3),
-                    "MultiHeadAttention(d_model=10, num_heads=3)",
-                    "10 features cannot be split into 3 equal heads.",
+                    lambda m: type(m)(10, 3),  # "`__init__` raises a `ValueError`"
+                    "MultiHeadAttention(d_model=10, num_heads=3), built without any forward call,",
+                    "10 features cannot be split into 3 equal heads, and the text says __init__ "
+                    "raises, before any forward.",
                     "Check the divisibility in __init__, as the text asks.",
                 ),
             ),
