@@ -141,6 +141,19 @@ def test_the_ends_of_a_probability_are_drawn():
     assert nb06.mask_tokens(mask_tokens_rand_below, raise_on_failure=False).passed
 
 
+class EmbeddingPadsTheLastRow(TokenEmbedding):
+    """The stub's default padding_idx=None changed to -1: the last row becomes padding."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=-1):
+        super().__init__(vocab_size, d_model, padding_idx)
+
+
+def test_a_default_changed_in_a_constructor_is_met_by_the_defaults_form():
+    result = nb01.token_embedding(EmbeddingPadsTheLastRow, raise_on_failure=False)
+    assert not result.passed  # main let it through: __init__ was read with every argument given
+    assert "TokenEmbedding(17, 9): `padding_idx` is 16, expected None" in result.message
+
+
 # --- issue 39, family 2: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------
 
 

@@ -376,6 +376,9 @@ EMBEDDINGS = [(1000, 64, 3, ((4, 9), (1, 1))), (50, 16, 0, ((3, 7),)),
 def _embedding_build(number: int) -> Build:
     vocab, d_model, pad, shapes = EMBEDDINGS[number]
     made = {"vocab_size": vocab, "d_model": d_model, "padding_idx": pad}
+    # what __init__ leaves is read from a module built as the course builds it: no padding
+    # left out, so the default of padding_idx (None: no padding row) is judged too
+    built = made if pad is not None else {"vocab_size": vocab, "d_model": d_model}
 
     def cases() -> list[Case]:
         out = []
@@ -383,7 +386,8 @@ def _embedding_build(number: int) -> Build:
             ids = torch.randint(0, vocab, shape, generator=generator(100 * number + index))
             if pad is not None:
                 ids[0, -1] = ids[-1, 0] = pad  # padding at the end and at the start
-            out.append(Made(f"ids of shape {shape}", {"token_ids": ids}, grad=index == 0, build=made))
+            case = Made(f"ids of shape {shape}", {"token_ids": ids}, grad=index == 0, build=built)
+            out.append(case)
         return out
 
     return Build(f"TokenEmbedding({vocab}, {d_model}, padding_idx={pad})", made, cases)
@@ -402,16 +406,17 @@ def _attributes(module: Any) -> dict[str, Any]:
 
 
 def _stated(case: Any) -> dict[str, tuple[Any, str]]:
-    pad = case.build["padding_idx"]
+    pad = case.build.get("padding_idx")
     return {
         "embedding": ("Embedding", "Keep the lookup table as an nn.Embedding in `self.embedding`."),
-        "padding_idx": (pad, "Pass the constructor's padding_idx on to nn.Embedding unchanged."),
+        "padding_idx": (pad, "Pass the constructor's padding_idx on to nn.Embedding unchanged; "
+                        "left out, it is the stub's default, None: no padding row."),
         "d_model": (case.build["d_model"], "Keep d_model in `self.d_model`, as the text says."),
     }
 
 
 def _pad_rows(case: Any) -> list[int]:
-    return [] if case.build["padding_idx"] is None else [case.build["padding_idx"]]
+    return [] if case.build.get("padding_idx") is None else [case.build["padding_idx"]]
 
 
 token_embedding = check(ModuleSpec(
