@@ -401,6 +401,31 @@ def test_where_the_error_is_raised_is_part_of_the_contract():
         assert nb03.multi_head_attention(right, raise_on_failure=False).passed
 
 
+def split_heads_bare_error(x, num_heads):
+    """Refuses indivisible sizes with a ValueError that says nothing."""
+    if x.shape[-1] % num_heads:
+        raise ValueError
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+def split_heads_says_so(x, num_heads):
+    """Right: the message names both sizes."""
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"{x.shape[-1]} features do not split into {num_heads} heads")
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+def _merge_heads(x):
+    return x.transpose(1, 2).flatten(2)
+
+
+def test_an_error_that_the_text_says_says_so_has_a_message():
+    result = nb03.split_merge_heads(split_heads_bare_error, _merge_heads, raise_on_failure=False)
+    assert not result.passed  # main let it through: the type alone was judged
+    assert "raised a ValueError with an empty message" in result.message
+    assert nb03.split_merge_heads(split_heads_says_so, _merge_heads, raise_on_failure=False).passed
+
+
 # --- issue 39, item 5: messages a student reads once ---------------------------------------
 
 

@@ -87,6 +87,7 @@ SPLIT = Spec(
                 "10 features cannot be split into 3 equal heads, so features would be "
                 "silently dropped.",
                 "Check the divisibility first, as the text asks.",
+                says_so=True,  # "raise a `ValueError` that says so"
             ),
         ),
     ),

@@ -46,6 +46,7 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
             f"{name} on a sequence of length {max_len + 1}",
             f"a sequence longer than max_len={max_len} has no position vector.",
             LENGTH_HINT,
+            says_so=True,  # "raises a `ValueError` that says so"
         ),
     )
 

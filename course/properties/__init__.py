@@ -674,16 +674,18 @@ def refusal(
     what: str,
     message: str,
     hint: str | None = None,
+    says_so: bool = False,
 ) -> dict[str, Callable]:
     """The text says ``attempt(student)`` raises ``error`` (a ValueError for sizes that do not
-    fit): ``observe``/``judge`` of a spec :class:`~course.spec.Property`."""
+    fit), with ``says_so`` an error "that says so": a message, not an empty one.
+    ``observe``/``judge`` of a spec :class:`~course.spec.Property`."""
 
     def watch(student: Any, case: Any, call: Callable) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             try:
                 result = attempt(student)
-            except error:
-                return {"raised": None}
+            except error as raised:
+                return {"raised": str(raised)[:300]}
             first = result[0] if isinstance(result, tuple | list) and result else result
             return {"shape": tuple(first.shape) if isinstance(first, torch.Tensor) else None}
 
@@ -696,6 +698,12 @@ def refusal(
 
     def judge(case: Any, got: Any, expected: Any, observed: dict[str, Any]) -> None:
         if "raised" in observed:
+            expect(
+                not says_so or bool(str(observed["raised"]).strip()),
+                f"{what} raised a {error.__name__} with an empty message: the exercise text says "
+                "the error says so (the property violated: the error the text states).",
+                hint,
+            )
             return
         if "other" in observed:
             done = f"raised {observed['other']}"
