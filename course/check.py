@@ -33,7 +33,7 @@ import torch
 from course import observe as obs
 from course import sealed
 from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
-from course.failure import CheckFailure, summarise_exception
+from course.failure import CheckFailure, depends_on_earlier_calls, summarise_exception
 
 __all__ = [
     "ERROR",
@@ -149,16 +149,10 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
     if (local.status, local.message) != (replayed.status, replayed.message):
         changed = _first_change(state.record, obs.decode(record))
         if changed is not None:  # the student's code, not the check: a verdict, not a crash
-            return CheckResult(
-                check.exercise,
-                check.title,
-                FAILED,
-                f"{changed}: your code gives different results on repeated calls with the same "
-                "inputs (the check's second run got another result than its first). The "
-                "property violated: the result depends only on the inputs.",
-                "Keep nothing between calls (no cache, counter or mask stored in a global or "
-                "on the function); compute everything from the arguments of this call.",
+            failure = depends_on_earlier_calls(
+                changed, "the check's second run got another result than its first"
             )
+            return CheckResult(check.exercise, check.title, FAILED, failure.message, failure.hint)
         raise ReplayDisagrees(
             f"{check.exercise}: the notebook says {local.status} ({local.message!r}) "
             f"but the trusted replay says {replayed.status} ({replayed.message!r})"

@@ -8,7 +8,9 @@ A spec's ``domains`` maps an argument to what the exercise text allows for it:
   equal to the threshold). Every end and tie is drawn, then ``interior`` values between them;
 * :class:`Tensors`: the layouts a caller may pass (a non-contiguous view, a transposed view, an
   expanded view: the same values, other strides) and the magnitudes the text allows (the worked
-  example's tensor scaled).
+  example's tensor scaled);
+* :class:`Masks`: the mask kinds the text accepts beside the worked example's boolean mask (an
+  additive float mask of 0 and -inf, as attention adds it to the scores).
 
 :func:`draw` turns the declarations into cases from the spec's first case (its worked example):
 the same inputs with one argument moved to a drawn value, named in words for the message. The
@@ -41,6 +43,7 @@ class Numbers:
     ties: tuple[Any, ...] | Callable[[Mapping[str, Any]], Sequence[Any]] = ()
     interior: int = 2
     hint: str | None = None
+    base: Callable[[Mapping[str, Any]], bool] | None = None  # which case to move (else the first)
 
     def values(self, inputs: Mapping[str, Any], g: torch.Generator) -> list[tuple[Any, str]]:
         """``(value, why)`` for every end, every tie, then ``interior`` draws between the ends."""
@@ -96,7 +99,21 @@ class Tensors:
     hint: str | None = None
 
 
-Domain = Numbers | Tensors
+@dataclasses.dataclass(frozen=True)
+class Masks:
+    """A mask argument: the kinds the text accepts besides boolean (True = may attend): the
+    worked example's mask as an additive float mask, 0 where allowed and -inf where blocked."""
+
+    kinds: tuple[str, ...] = ("additive",)
+    hint: str | None = None
+
+
+def additive(mask: torch.Tensor) -> torch.Tensor:
+    """A boolean mask (True = may attend) as the float mask attention adds to its scores."""
+    return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+
+
+Domain = Numbers | Tensors | Masks
 
 
 def draw(
@@ -112,7 +129,8 @@ def draw(
     out = []
     g = generator(700_001 + offset)
     for name, domain in domains.items():
-        base = next((c for c in cases if name in c.inputs), None)
+        chosen = getattr(domain, "base", None) or (lambda inputs: True)
+        base = next((c for c in cases if name in c.inputs and chosen(c.inputs)), None)
         if base is None:
             continue
         value = base.inputs[name]
@@ -121,6 +139,13 @@ def draw(
             if name in defaults and all(v != defaults[name] for v, _ in values):
                 values.append((defaults[name], "its default"))
             moved = [(v, f"{name}={v!r} ({why})") for v, why in values]
+        elif isinstance(domain, Masks) and isinstance(value, torch.Tensor):
+            moved = [
+                (additive(value), f"`{name}` as an additive float mask (0 where the boolean "
+                 "mask is True, -inf where it is False), a kind the text accepts")
+                for kind in domain.kinds
+                if kind == "additive" and value.dtype == torch.bool
+            ]  # fmt: skip
         elif isinstance(value, torch.Tensor):
             moved = [
                 (relaid(value, lay), f"`{name}` as {LAYOUTS[lay]}")

@@ -19,11 +19,22 @@ class CheckFailure(Exception):
         self.hint = hint
 
 
+def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:
+    """The failure of code whose result depends on earlier calls (a cache, a counter, state on
+    a module): ``against`` says which two results of the same inputs differed."""
+    return CheckFailure(
+        f"{what}: your code gives different results on repeated calls with the same inputs "
+        f"({against}). The property violated: the result depends only on the inputs.",
+        "Keep nothing between calls (no cache, counter or mask stored in a global, on the "
+        "function or on the module); compute everything from the arguments of this call.",
+    )
+
+
 _CHECKER_FILES = (
     "/course/check.py",
     "/course/checks/",
     "/course/observe.py",
-    "/course/properties.py",
+    "/course/properties/",
     "/course/spec.py",
     "/course/virtual.py",
     "/course/failure.py",

@@ -45,7 +45,8 @@ Worked example (notebook 00's softmax; ``tests/test_spec.py`` runs it through pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,7 @@ class ModuleSpec:
     properties: tuple[Property, ...] = ()
     output: Callable[[Any], Any] = lambda result: result  # the tensor gradients flow from
     seed: int = 0
+    domains: Mapping[str, Domain] = field(default_factory=dict)  # forward's, drawn per build
 
 
 # --- calling as the course calls ------------------------------------------------------------
@@ -259,19 +261,13 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     only = spec.keyword_only
     drawn = (*spec.forms, *(f for f in (KEYWORD, DEFAULTS) if f not in spec.forms))
     forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
-    earlier = _first_pass(spec, student, cases, forms) if spec.random == NONE else {}
-    called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
-    for case, declared in zip(cases, forms, strict=True):  # every call first, so that a
-        try:  # result that depends on earlier calls is named as such before any value is
-            called.append(_call_forms(spec, student, case, declared))  # judged; a failure
-        except prop.CheckFailure as failure:  # keeps its place in the table
-            called.append(failure)
+    earlier = (
+        _first_pass(spec.name, student, spec, cases, forms, spec.mutable)
+        if spec.random == NONE
+        else {}
+    )
+    called = _called_again(cases, earlier, lambda c, f: _call_forms(spec, student, c, f), forms)
     for case, results in zip(cases, called, strict=True):
-        if case.what in earlier and isinstance(results, list) and judging():
-            prop.expect_same_again(results[0][0], results[0][1], earlier[case.what])
-    for case, results in zip(cases, called, strict=True):
-        if isinstance(results, prop.CheckFailure):
-            raise results
         _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
@@ -315,24 +311,59 @@ def _left_out(spec: Spec, case: Case, form: str) -> str:
 
 
 def _first_pass(
-    spec: Spec, student: Callable[..., Any], cases: Sequence[Case], forms: Sequence[Sequence[str]]
+    name: str,
+    student: Any,
+    spec: Spec | ModuleSpec,
+    cases: Sequence[Case],
+    forms: Sequence[Sequence[str]],
+    free: Sequence[str] = (),
 ) -> dict:
     """Every case called once, in reverse order, before the check's own calls: the runner then
     calls each again after other inputs, and a result that changed depends on earlier calls (a
-    cache, a counter): a failure that says so, not a verdict that depends on the order of calls."""
-    out = {}
-    for case, declared in reversed(list(zip(cases, forms, strict=True))):
-        form = _forms(declared, spec.params, spec.defaults, case.inputs, spec.keyword_only)[0]
-        args, kwargs, shown = arrange(
-            spec.params, spec.defaults, case.inputs, form, spec.keyword_only
-        )
-        what = f"{spec.name}({shown}) on {case.what}, the first time"
+    cache, a counter, state kept on a module): a failure that says so, in the notebook and in
+    the trusted replay alike, not a verdict that depends on the order of calls. For a module,
+    ``student`` is a second module built alike: state kept on a module shows too."""
+    params = spec.params if isinstance(spec, Spec) else spec.forward
+    out = {}  # by the case's place in the table (two cases may share their words)
+    for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
+        form = _forms(declared, params, spec.defaults, case.inputs, _only(spec))[0]
+        args, kwargs, shown = arrange(params, spec.defaults, case.inputs, form, _only(spec))
+        what = f"{name}({shown}) on {case.what}, the first time"
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no later call
         try:
-            out[case.what] = _call(what, student, args, kwargs, spec.params, False, spec.mutable)
+            out[i] = _call(what, student, args, kwargs, params, False, free)
         except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
             continue  # table's order, report it as the smallest failing input
     return out
+
+
+def _called_again(
+    cases: Sequence[Case],
+    earlier: Mapping[int, Any],
+    call: Callable[[Case, Sequence[str]], list[tuple[str, Any]]],
+    forms: Sequence[Sequence[str]],
+    against: str = "the second call, after other inputs, against the first",
+) -> Iterator[list[tuple[str, Any]]]:
+    """``call(case, forms)`` for every case first, so that a result that depends on earlier
+    calls is named as such before any value is judged; then a failure (an error, an input
+    changed in place) is raised in the table's order, when its case is judged."""
+    called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
+    for case, declared in zip(cases, forms, strict=True):
+        try:
+            called.append(call(case, declared))
+        except prop.CheckFailure as failure:  # keeps its place in the table
+            called.append(failure)
+    for i, results in enumerate(called):
+        if i in earlier and isinstance(results, list) and judging():
+            prop.expect_same_again(results[0][0], results[0][1], earlier[i], against)
+    return (_raised(r) for r in called)  # each failure raised when its case's turn comes
+
+
+def _raised(results: Any) -> Any:
+    """A call's results, or its failure raised when its turn to be judged comes."""
+    if isinstance(results, prop.CheckFailure):
+        raise results
+    return results
 
 
 def _fresh(value: Any) -> Any:
@@ -410,13 +441,16 @@ def _gradients(
     parameters: Callable[[], dict] | None = None,
     reference_parameters: dict | None = None,
 ) -> None:
+    """Gradients of the declared inputs (and of ``parameters()``, the student's) against the
+    reference's (with ``reference_parameters`` as leaves)."""
     names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
     others = {k: v for k, v in case.inputs.items() if k not in names}
     what = f"gradients of {spec.name} on {case.what}"
+    params = spec.params if isinstance(spec, Spec) else spec.forward
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
         full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
-        args, kwargs, _ = arrange(spec.params, spec.defaults, full, spec.forms[0], _only(spec))
+        args, kwargs, _ = arrange(params, spec.defaults, full, spec.forms[0], _only(spec))
         return pick(forward(*args, **kwargs))
 
     inputs = [case.inputs[n] for n in names]
@@ -483,8 +517,14 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
                 f"{made}: load the check's weights",
                 lambda m=module, w=weights: _load(m, w) and None,
             )
-            cases = list(build.cases())
-            _module_cases(spec, build, module, made, cases, weights, state, first=f == 0)
+            twin = None
+            if b == f == 0:  # a second module, for the cases in reverse order (_first_pass)
+                twin = _construct(f"{made}, a second one", student_class, args, kwargs)
+                observe(f"{made}, a second one: the check's weights, eval()",
+                        lambda m=twin, w=weights: _load(m, w) and m.eval() and None)  # fmt: skip
+            written = list(build.cases())
+            cases = written + draw(written, spec.domains, spec.defaults, offset=b)
+            _module_cases(spec, build, module, made, cases, weights, state, f == 0, twin)
 
 
 def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
@@ -512,19 +552,28 @@ def _module_cases(
     weights: dict,
     state: dict,
     first: bool,
+    twin: Any = None,
 ) -> None:
     buffers = state["buffers"]
 
     def reference(params: Mapping[str, torch.Tensor], **inputs: Any) -> Any:
         return spec.reference(build, params, buffers, **inputs)
 
-    observe(f"{made}.eval()", lambda: module.eval() and None)
-    for case in cases:
+    def call(case: Case, forms: Sequence[str]) -> list[tuple[str, Any]]:
         results = []
-        for form in _forms(spec.forms, spec.forward, spec.defaults, case.inputs):
+        for form in _forms(forms, spec.forward, spec.defaults, case.inputs):
             args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, form)
             what = f"{made}({shown}) on {case.what}"
             results.append((what, _call(what, module, args, kwargs, spec.forward, False)))
+        return results
+
+    observe(f"{made}.eval()", lambda: module.eval() and None)
+    forms = [spec.forms] * len(cases)
+    second = f"{made} (a second one)"
+    earlier = {} if twin is None else _first_pass(second, twin, spec, cases, forms)
+    against = "this module against a second one built alike, given the cases in reverse order"
+    called = _called_again(cases, earlier, call, forms, against)
+    for case, results in zip(cases, called, strict=True):
         _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))
     if not first or not cases:
         return
@@ -578,27 +627,9 @@ def _module_gradients(
 ) -> None:
     """Gradients of the declared inputs and of every named parameter, against the reference
     computed with the same weights as leaves."""
-    names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
-    others = {k: v for k, v in case.inputs.items() if k not in names}
-    what = f"gradients of {spec.name} on {case.what}"
-    inputs = [case.inputs[n] for n in names]
-
-    def run(*tensors: torch.Tensor) -> torch.Tensor:
-        full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
-        args, kwargs, _ = arrange(spec.forward, spec.defaults, full, spec.forms[0])
-        return spec.output(module(*args, **kwargs))
-
-    got = prop.observe_gradients(what, run, inputs, lambda: _fresh_parameters(module))
-    if judging():
-        leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
-
-        def twin(*tensors: torch.Tensor) -> torch.Tensor:
-            return spec.output(
-                reference(leaves, **dict(zip(names, tensors, strict=True)), **others)
-            )
-
-        expected = prop.gradients(twin, inputs, leaves)
-        prop.expect_gradients(what, got, expected, names)
+    leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
+    twin = functools.partial(reference, leaves)
+    _gradients(spec, case, module, twin, spec.output, lambda: _fresh_parameters(module), leaves)
 
 
 # --- the notebook-facing check --------------------------------------------------------------

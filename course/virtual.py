@@ -15,6 +15,9 @@ A tagged tensor reports ``.device`` as :data:`VIRTUAL` (``meta``, a device every
 torch knows), so ``torch.zeros(n, device=x.device)``, ``x.new_zeros(n)``, ``torch.zeros_like(x)``
 and ``.to(x.device)`` all give tagged tensors, and ``.cpu()`` gives an untagged one. Tags live in
 the mode object only: nothing outside the ``with`` block changes.
+
+A second double serves code that receives its inputs from a loader: :func:`unmoved` gives a batch
+whose tensors act as if a GPU loader had produced them on another device than the model's.
 """
 
 from __future__ import annotations
@@ -179,3 +182,31 @@ def run_on_virtual(
         result = function(*args, **kwargs)
         where = mode.devices(result)
     return result, where
+
+
+class BatchNotMoved(RuntimeError):
+    """Raised when a tensor of a batch "on another device" is used before being moved."""
+
+
+class _OnAnotherDevice(torch.Tensor):
+    """A CPU tensor that behaves as if it lived on another device (a GPU data loader's): its
+    shape, dtype and device can be read and ``.to(device)`` gives an ordinary tensor, but any
+    computation with it fails, as mixing devices does, also in code that reads values."""
+
+    _READ_ONLY = {"__get__", "size", "dim", "numel", "__len__", "__repr__", "__format__"}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        name = getattr(func, "__name__", "")
+        if name in ("to", "cuda", "cpu") or name in cls._READ_ONLY:
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **(kwargs or {}))
+            if name in cls._READ_ONLY or not isinstance(out, torch.Tensor):
+                return out
+            return out.as_subclass(torch.Tensor).clone()
+        raise BatchNotMoved(f"`{name}` on a batch tensor that was not moved to a device")
+
+
+def unmoved(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``batch`` as a GPU loader would give it: every tensor must be moved before use."""
+    return {key: value.clone().as_subclass(_OnAnotherDevice) for key, value in batch.items()}

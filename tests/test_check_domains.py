@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.checks import nb00, nb05
-from course.nn import greedy_decode
+from course.checks import nb00, nb01, nb02, nb03, nb05, nb06
+from course.nn import MultiHeadAttention, SelfAttention, TokenEmbedding, greedy_decode
 
 
 def _softmax_along_last(x):
@@ -95,6 +95,159 @@ def test_right_answers_in_other_styles_pass_on_every_drawn_input(name):
     assert check(answer, raise_on_failure=False).passed
 
 
+# --- issue 39, family 1: 6.1's probability at both ends (exact there: no draw decides) -------
+
+
+def _corrupted(input_ids, selected, mask_token_id, vocab_size):
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+    draw = torch.rand(input_ids.shape, device=input_ids.device)
+    mask = torch.full_like(input_ids, mask_token_id)
+    masked = torch.where(selected & (draw < 0.8), mask, input_ids)
+    random_ids = torch.randint(vocab_size, input_ids.shape, device=input_ids.device)
+    return torch.where(selected & (draw >= 0.8) & (draw < 0.9), random_ids, masked), labels
+
+
+def mask_tokens_rand_below(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                           mlm_probability=0.15):  # fmt: skip
+    """Right: one uniform draw per token, selected below the probability."""
+    draw = torch.rand(input_ids.shape, device=input_ids.device)
+    selected = (draw < mlm_probability) & ~special_tokens_mask
+    return _corrupted(input_ids, selected, mask_token_id, vocab_size)
+
+
+def mask_tokens_at_least_one(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                             mlm_probability=0.15):  # fmt: skip
+    """Makes sure every row has a target: a row with none gets one ordinary token selected."""
+    ordinary = ~special_tokens_mask
+    selected = (torch.rand(input_ids.shape, device=input_ids.device) < mlm_probability) & ordinary
+    empty = ~selected.any(-1) & ordinary.any(-1)
+    scores = torch.rand(input_ids.shape, device=input_ids.device).masked_fill(~ordinary, -1.0)
+    one = torch.zeros_like(selected).scatter(-1, scores.argmax(-1, keepdim=True), True)
+    return _corrupted(input_ids, selected | (one & empty[:, None]), mask_token_id, vocab_size)
+
+
+def mask_tokens_floor(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                      mlm_probability=0.15):  # fmt: skip
+    """Never lets the probability fall below 5%, "so that there is something to learn"."""
+    return mask_tokens_rand_below(input_ids, special_tokens_mask, mask_token_id, vocab_size,
+                                  max(mlm_probability, 0.05))  # fmt: skip
+
+
+def test_the_ends_of_a_probability_are_drawn():
+    for wrong in (mask_tokens_at_least_one, mask_tokens_floor):  # main let both through
+        result = nb06.mask_tokens(wrong, raise_on_failure=False)
+        assert not result.passed
+        assert "mlm_probability=0, yet the token at" in result.message, result.message
+    assert nb06.mask_tokens(mask_tokens_rand_below, raise_on_failure=False).passed
+
+
+class EmbeddingPadsTheLastRow(TokenEmbedding):
+    """The stub's default padding_idx=None changed to -1: the last row becomes padding."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=-1):
+        super().__init__(vocab_size, d_model, padding_idx)
+
+
+def test_a_default_changed_in_a_constructor_is_met_by_the_defaults_form():
+    result = nb01.token_embedding(EmbeddingPadsTheLastRow, raise_on_failure=False)
+    assert not result.passed  # main let it through: __init__ was read with every argument given
+    assert "TokenEmbedding(17, 9): `padding_idx` is 16, expected None" in result.message
+
+
+# --- issue 39, family 2: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------
+
+
+class _Projections(torch.nn.Module):
+    def __init__(self, d_model, d_k=None):
+        super().__init__()
+        d_k = d_k or d_model
+        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_model, d_k) for _ in range(3))
+        self.w_o = torch.nn.Linear(d_k, d_model)
+
+    def scores(self, x):
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        return q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, v
+
+    def attend(self, scores, v):
+        weights = scores.softmax(-1)
+        return self.w_o(weights @ v), weights
+
+
+class SelfAttentionInvertsTheMask(_Projections):
+    """Handles a boolean mask itself (~mask): a float mask raises."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return self.attend(scores, v)
+
+
+class SelfAttentionBlocksZeros(_Projections):
+    """Blocks where the mask is 0: on a float mask, 0 is where a key is allowed."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        return self.attend(scores, v)
+
+
+class SelfAttentionCastsToBool(_Projections):
+    """mask.bool(): a float mask's -inf becomes True (allowed) and its 0 False (blocked)."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.bool(), float("-inf"))
+        return self.attend(scores, v)
+
+
+class SelfAttentionAddsTheMask(_Projections):
+    """Right: a boolean mask turned into the additive one, then added, as the formula's + M."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None and mask.dtype == torch.bool:
+            mask = torch.zeros_like(scores).masked_fill(~mask, float("-inf"))
+        return self.attend(scores if mask is None else scores + mask, v)
+
+
+class SelfAttentionTorchSDPA(_Projections):
+    """Right: torch's fused attention, which takes both kinds (weights through identity values)."""
+
+    def forward(self, x, mask=None):
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        eye = torch.eye(k.size(-2), dtype=x.dtype, device=x.device).expand(k.shape[0], -1, -1)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return self.w_o(sdpa(q, k, v, attn_mask=mask)), sdpa(q, k, eye, attn_mask=mask)
+
+
+MASK_KINDS_WRONG = {  # OLD_PASSED: what main (boolean masks only) let through
+    "~mask on a float mask": (SelfAttentionInvertsTheMask, "raised TypeError"),
+    "mask == 0 blocks the allowed keys": (SelfAttentionBlocksZeros, "additive float mask"),
+    "mask.bool() reverses a float mask": (SelfAttentionCastsToBool, "additive float mask"),
+}
+MASK_KINDS_RIGHT = {
+    "course.nn": SelfAttention,
+    "adds the mask": SelfAttentionAddsTheMask,
+    "torch's fused attention": SelfAttentionTorchSDPA,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASK_KINDS_WRONG))
+def test_a_mask_kind_the_text_accepts_is_drawn(name):
+    cls, phrase = MASK_KINDS_WRONG[name]
+    result = nb02.self_attention(cls, raise_on_failure=False)
+    assert not result.passed
+    assert phrase in result.message and "as an additive float mask" in result.message
+
+
+@pytest.mark.parametrize("name", sorted(MASK_KINDS_RIGHT))
+def test_every_mask_kind_passes_in_other_styles(name):
+    assert nb02.self_attention(MASK_KINDS_RIGHT[name], raise_on_failure=False).passed
+
+
 # --- issue 39, family 5: code whose result depends on earlier calls gets a verdict ----------
 
 _CALLS = [0]
@@ -134,6 +287,59 @@ def test_code_that_depends_on_earlier_calls_gets_a_verdict_that_says_so(name):
     assert "different results on repeated calls with the same inputs" in result.message
 
 
+class EmbeddingCountsCalls(TokenEmbedding):
+    """A counter on the class, across every module built: after a while it stops scaling."""
+
+    calls = 0
+
+    def forward(self, token_ids):
+        type(self).calls += 1
+        out = self.embedding(token_ids)
+        return out * self.d_model**0.5 if type(self).calls < 8 else out
+
+
+class EmbeddingLazyScale(TokenEmbedding):
+    """Right: state computed on the first call, from the constructor's arguments only."""
+
+    def forward(self, token_ids):
+        if not hasattr(self, "_scale"):
+            self._scale = self.d_model**0.5
+        return self.embedding(token_ids) * self._scale
+
+
+class AttentionKeepsItsFirstMask(MultiHeadAttention):
+    """Keeps the first mask of each shape on the module and reuses it for later masks."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            masks = self.__dict__.setdefault("_masks", {})
+            mask = masks.setdefault(tuple(mask.shape), mask)
+        return super().forward(query, key, value, mask)
+
+
+STATEFUL_MODULES = {
+    "a call counter on the embedding's class": (nb01.token_embedding, EmbeddingCountsCalls),
+    "attention keeping its first mask of each shape": (
+        nb03.multi_head_attention,
+        AttentionKeepsItsFirstMask,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL_MODULES))
+def test_a_module_whose_result_depends_on_earlier_calls_gets_a_verdict_that_says_so(name):
+    check, cls = STATEFUL_MODULES[name]
+    EmbeddingCountsCalls.calls = 0
+    result = check(cls, raise_on_failure=False)  # local, probe and replay: no ReplayDisagrees
+    assert not result.passed
+    assert "different results on repeated calls with the same inputs" in result.message
+
+
+@pytest.mark.parametrize("cls", [TokenEmbedding, EmbeddingLazyScale], ids=["course", "lazy"])
+def test_a_module_that_keeps_input_free_state_passes(cls):
+    assert nb01.token_embedding(cls, raise_on_failure=False).passed
+
+
 # --- issue 39, family 3: the interface other code uses is part of the contract -------------
 
 
@@ -159,3 +365,136 @@ def test_a_dict_where_the_text_says_a_counter_fails_naming_the_class():
     assert not result.passed
     assert "returned a dict, but the exercise text says a collections.Counter" in result.message
     assert nb01.count_pairs(count_pairs_as_a_counter, raise_on_failure=False).passed
+
+
+class AttentionRefusesInForward(MultiHeadAttention):
+    """Builds whatever it is given; split_heads refuses the sizes at the first forward call."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        torch.nn.Module.__init__(self)
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (
+            torch.nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
+        )
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        if query.shape[-1] % self.num_heads:
+            raise ValueError("d_model is not divisible by num_heads")
+        return super().forward(query, key, value, mask)
+
+
+class AttentionChecksTheProduct(MultiHeadAttention):
+    """Right: refuses in __init__ by another test (d_k * num_heads != d_model)."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        if (d_model // num_heads) * num_heads != d_model:
+            raise ValueError(f"{num_heads} heads cannot share {d_model} features")
+        super().__init__(d_model, num_heads, dropout, bias)
+
+
+def test_where_the_error_is_raised_is_part_of_the_contract():
+    result = nb03.multi_head_attention(AttentionRefusesInForward, raise_on_failure=False)
+    assert not result.passed  # main let it through: its attempt built the module and called it
+    assert "built without any forward call, was accepted" in result.message, result.message
+    for right in (MultiHeadAttention, AttentionChecksTheProduct):
+        assert nb03.multi_head_attention(right, raise_on_failure=False).passed
+
+
+def split_heads_bare_error(x, num_heads):
+    """Refuses indivisible sizes with a ValueError that says nothing."""
+    if x.shape[-1] % num_heads:
+        raise ValueError
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+def split_heads_says_so(x, num_heads):
+    """Right: the message names both sizes."""
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"{x.shape[-1]} features do not split into {num_heads} heads")
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+def _merge_heads(x):
+    return x.transpose(1, 2).flatten(2)
+
+
+def test_an_error_that_the_text_says_says_so_has_a_message():
+    result = nb03.split_merge_heads(split_heads_bare_error, _merge_heads, raise_on_failure=False)
+    assert not result.passed  # main let it through: the type alone was judged
+    assert "raised a ValueError with an empty message" in result.message
+    assert nb03.split_merge_heads(split_heads_says_so, _merge_heads, raise_on_failure=False).passed
+
+
+# --- issue 39, item 5: messages a student reads once ---------------------------------------
+
+
+def words_from_last_piece(word_ids, token_predictions, num_words):
+    """Each word gets the prediction of its LAST piece (the later pieces overwrite)."""
+    out = [-1] * num_words
+    for j, w in enumerate(word_ids):
+        if w is not None:
+            out[w] = int(token_predictions[j])
+    return out
+
+
+def _words_first_piece(word_ids, token_predictions, num_words):
+    out, previous = [-1] * num_words, None
+    for j, w in enumerate(word_ids):
+        if w is not None and w != previous:
+            out[w] = int(token_predictions[j])
+        previous = w
+    return out
+
+
+def words_found_only(word_ids, token_predictions, num_words):
+    """Leaves out the words truncation removed instead of giving them -1."""
+    return [v for v in _words_first_piece(word_ids, token_predictions, num_words) if v != -1]
+
+
+def softmax_as_a_number(x, dim=-1):
+    """Returns the sum of the probabilities, rounded to an int."""
+    return int(_softmax_along_last(x.movedim(dim, -1)).sum().round())
+
+
+def threshold_naive_softmax(logits, threshold, oos_id):
+    """exp(x) / sum(exp(x)) with no max shift: inf / inf on logits in the thousands."""
+    e = logits.exp()
+    confidence, prediction = (e / e.sum(-1, keepdim=True)).max(-1)
+    return torch.where(confidence >= threshold, prediction, torch.full_like(prediction, oos_id))
+
+
+# (check, implementation, what the message must say, what it must not say)
+MESSAGES = {
+    "7.2: the piece a word's value came from": (
+        "nb07.word_predictions", words_from_last_piece,
+        ("the prediction of token", "piece 3 of 3 of word 1", "its first piece"), ()),
+    "7.2: a list shown by its values": (
+        "nb07.word_predictions", words_found_only,
+        ("returned 7 values, expected 12: yours [", "expected [", "stops after item 6"), ()),
+    "0.1: the article of a type": (
+        "nb00.softmax", softmax_as_a_number, ("returned an int",), ("a int",)),
+    "8.2: numeric range named, not a wrong rule": (
+        "nb08.apply_threshold", threshold_naive_softmax,
+        ("overflows", "(the property violated: numeric range)"), ("largest softmax probability",)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(MESSAGES))
+def test_a_message_names_the_mistake_with_both_values(name):
+    import importlib
+
+    path, implementation, says, never = MESSAGES[name]
+    module, check = path.split(".")
+    run = getattr(importlib.import_module(f"course.checks.{module}"), check)
+    result = run(implementation, raise_on_failure=False)
+    assert not result.passed
+    assert all(phrase in result.message for phrase in says), result.message
+    assert not any(phrase in result.message for phrase in never), result.message
+    assert "(numeric range)" not in result.message.replace("violated: numeric range)", "")
+
+
+def test_the_right_word_predictions_pass():
+    from course.checks import nb07
+
+    assert nb07.word_predictions(_words_first_piece, raise_on_failure=False).passed

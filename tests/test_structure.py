@@ -1,6 +1,6 @@
-"""The package's shape, as issue 30 states it: no import circle in ``course/``; the checks stay
-declarations (at most 5,000 lines in ``course/checks/``); every exercise check is a spec or
-says why not."""
+"""The package's shape, as issues 30 and 39 state it: no import circle in ``course/``; the checks
+stay declarations (at most 5,000 lines in ``course/checks/``); every exercise check is a spec or
+says why not; checking code is counted by one rule (:func:`checking_lines`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,25 @@ CHECKS_BUDGET = 5_000
 # fresh model, optimiser and loader, observed through hooks): notebook 06's 6.2 and 6.3.
 # Notebook 10's 10.2 (a model changed in place, judged by its modules and trainable parameters)
 # and 10.3 (two functions, merge and unmerge, applied in turn to one layer).
+# Issue 39 counts all checking code together: every module of course/ but these, each with why it
+# is not checking code. A new module counts unless it is added here with a reason.
+NOT_CHECKING = {
+    "grading": "the grading engine: runs hand-ins and merges verdicts; it judges nothing itself",
+    "nn": "the modules the notebooks build, generated from the solutions",
+    "data": "the course's data sets",
+    "models": "the pretrained BERT the notebooks fine-tune",
+    "env": "device, precision and seeding of a notebook",
+    "viz": "plots",
+    "bench": "the course's loop against transformers' Trainer",
+    "budgets": "the notebooks' time budgets",
+    "nbtools": "generates the exercise notebooks from the solutions",
+    "refresh": "executes the solution notebooks",
+    "release": "a student copy of the course",
+    "classroom": "progress, grades and feedback for a class",
+    "handins": "reads hand-ins",
+    "contract": "names shared by the checks, the generator and the grader",
+    "measure": "times and memory of a notebook's cells",
+}
 NOT_SPECS = {("nb06", "train_step"), ("nb06", "evaluate_accuracy"), ("nb10", "add_lora"),
              ("nb10", "merge")}
 
@@ -75,3 +94,23 @@ def test_every_exercise_check_is_a_declared_spec() -> None:
                 if not hasattr(value, "spec"):
                     missing.append(f"{path.stem}.{name}")
     assert not missing, missing
+
+
+def checking_lines() -> dict[str, int]:
+    """Lines of every checking module (issue 39's rule): each ``.py`` file of ``course/`` whose
+    top-level module is not in :data:`NOT_CHECKING`."""
+    return {
+        str(path.relative_to(COURSE.parent)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted(COURSE.rglob("*.py"))
+        if path.relative_to(COURSE).parts[0].removesuffix(".py") not in NOT_CHECKING
+    }
+
+
+def test_checking_code_is_counted_by_one_rule() -> None:
+    """Every excluded name is a module of course/ with a reason; the count covers the rest."""
+    top = {p.name.removesuffix(".py") for p in COURSE.iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert set(NOT_CHECKING) <= top, sorted(set(NOT_CHECKING) - top)
+    assert all(reason.strip() for reason in NOT_CHECKING.values())
+    counted = checking_lines()
+    assert "course/spec.py" in counted and "course/checks/nb00.py" in counted
+    assert not any(name.startswith(("course/grading/", "course/nn.py")) for name in counted)

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
-from course.properties import generator, large_scores
+from course.domains import Masks
+from course.properties import attention, generator, large_scores
 from course.spec import (
     DEFAULTS,
     KEYWORD,
@@ -131,7 +132,9 @@ scaled_dot_product_attention = check(Spec(
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
-    properties=(Property("the mask", **prop.blocked_get_zero("scaled_dot_product_attention")),),
+    properties=(
+        Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
+    ),
 ))  # fmt: skip
 
 
@@ -166,12 +169,17 @@ make_causal_mask = check(Spec(
     cases=lambda: [Case(f"length {n}", {"length": n, "device": d}, device=False)
                    for n, d in ((1, None), (4, None), (7, None), (5, "cpu"))],
     hint=CAUSAL_HINT,
-    properties=(Property("the device argument", **prop.device_argument(
+    properties=(Property("the device argument", **attention.device_argument(
         "make_causal_mask", lambda case: (case.inputs["length"],), CAUSAL_HINT)),),
 ))  # fmt: skip
 
 
 # --- 2.4 SelfAttention -----------------------------------------------------------------------
+
+MASK_KINDS = (
+    "forward passes the mask on to scaled_dot_product_attention, which takes every mask kind of "
+    "2.1: a float mask is added to the scores (0 keeps a key, -inf blocks it)."
+)
 
 
 def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask: Any = None) -> Any:
@@ -209,10 +217,11 @@ self_attention = check(ModuleSpec(
     builds=lambda: [Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
                     Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
     parameters=_layers, reference=_self_attention, gradients=("x",), output=lambda r: r[0],
+    domains={"mask": Masks(hint=MASK_KINDS)},  # "passes the mask to your sdp attention"
     hint="The exercise text gives the formula: queries, keys and values are three projections of "
     "x, scaled by sqrt(d_k) of the projections; the output goes through w_o.",
     properties=(
-        Property("the mask", **prop.blocked_get_zero(
+        Property("the mask", **attention.blocked_get_zero(
             "SelfAttention", "The mask does not reach the attention.")),
         Property(".double()", **prop.follows_double(
             "SelfAttention", ("x", "mask"), "Keep the parameters' dtype: no hard-coded float32."),

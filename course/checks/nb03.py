@@ -19,7 +19,7 @@ from torch import nn
 
 from course import properties as prop
 from course.check import exercise_check
-from course.properties import generator
+from course.properties import attention, generator
 from course.spec import (
     DEFAULTS,
     GLOBAL,
@@ -87,6 +87,7 @@ SPLIT = Spec(
                 "10 features cannot be split into 3 equal heads, so features would be "
                 "silently dropped.",
                 "Check the divisibility first, as the text asks.",
+                says_so=True,  # "raise a `ValueError` that says so"
             ),
         ),
     ),
@@ -271,7 +272,9 @@ multi_head_attention = check(
         output=lambda r: r[0],
         hint=MHA_HINT,
         properties=(
-            Property("the per-head weights", **prop.per_head_weights(lambda r: r[1], MHA_HINT)),
+            Property(
+                "the per-head weights", **attention.per_head_weights(lambda r: r[1], MHA_HINT)
+            ),
             Property(
                 "self.num_heads",
                 _keeps_num_heads,
@@ -282,21 +285,22 @@ multi_head_attention = check(
             Property(
                 "blocked keys get exactly 0",
                 applies=_mask_given,
-                **prop.blocked_keys_get_zero(lambda r: r[1], lambda c: c.inputs["mask"]),
+                **attention.blocked_get_zero("MultiHeadAttention", heads=True),
             ),
             Property(
                 "dropout on the attention weights",
                 applies=lambda c: "dropout acts" in c.what,
-                **prop.dropout_on_attention(0.3, 2, DROPOUT_HINT),
+                **attention.dropout_on_attention(0.3, 2, DROPOUT_HINT),
             ),
             Property(
                 "a ValueError for indivisible sizes",
                 applies=lambda c: c.what.startswith("self-attention, x"),
                 **prop.refusal(
                     ValueError,
-                    lambda m: type(m)(10, 3)(*[torch.zeros(2, 3, 10)] * 3),
-                    "MultiHeadAttention(d_model=10, num_heads=3)",
-                    "10 features cannot be split into 3 equal heads.",
+                    lambda m: type(m)(10, 3),  # "`__init__` raises a `ValueError`"
+                    "MultiHeadAttention(d_model=10, num_heads=3), built without any forward call,",
+                    "10 features cannot be split into 3 equal heads, and the text says __init__ "
+                    "raises, before any forward.",
                     "Check the divisibility in __init__, as the text asks.",
                 ),
             ),

@@ -18,7 +18,7 @@ import torch
 from course import properties as prop
 from course.check import exercise_check
 from course.checks.reference import sinusoid_table
-from course.properties import generator, observe
+from course.properties import generator, observe, positions
 from course.spec import (
     DEFAULTS,
     KEYWORD,
@@ -46,6 +46,7 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
             f"{name} on a sequence of length {max_len + 1}",
             f"a sequence longer than max_len={max_len} has no position vector.",
             LENGTH_HINT,
+            says_so=True,  # "raises a `ValueError` that says so"
         ),
     )
 
@@ -89,11 +90,11 @@ sinusoidal_table = check(
             for n, d in ((7, 6), (1, 4), (50, 16), (101, 64))
         ],
         properties=(
-            Property("PE[0] = (0, 1, 0, 1, ...)", **prop.sinusoid_first_row(TABLE_HINT)),
+            Property("PE[0] = (0, 1, 0, 1, ...)", **positions.sinusoid_first_row(TABLE_HINT)),
             Property(
                 "long tables, as float32 allows",
                 applies=lambda c: c.inputs["max_len"] == 7,
-                **prop.close_by_position(
+                **positions.close_by_position(
                     [{"max_len": 512, "d_model": 32}, {"max_len": 10000, "d_model": 16}],
                     lambda max_len, d_model: sinusoid_table(max_len, d_model),
                     "sinusoidal_table",
@@ -120,7 +121,7 @@ def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Te
     paper = sinusoid_table(n, d)
     table = buffers.get("pe")
     if isinstance(table, torch.Tensor) and table.numel() == n * d:
-        prop.expect_rows_close(table.reshape(n, d), paper, "the buffer `pe`", TABLE_HINT)
+        positions.expect_rows_close(table.reshape(n, d), paper, "the buffer `pe`", TABLE_HINT)
         return x + table.reshape(n, d)[: x.size(1)].to(x.dtype)
     return x + paper[: x.size(1)].to(x.dtype)
 
@@ -154,11 +155,13 @@ def _encoding_builds() -> list[Build]:
 def _encoding_properties() -> tuple[Property, ...]:
     name = "SinusoidalPositionalEncoding"
     return (
-        Property("a non-persistent buffer `pe`", **prop.non_persistent_buffer("pe", ENCODING_HINT)),
+        Property(
+            "a non-persistent buffer `pe`", **positions.non_persistent_buffer("pe", ENCODING_HINT)
+        ),
         Property(
             "dropout on the sum",
             applies=lambda c: c.inputs["x"].shape[-1] == 6,
-            **prop.dropout_on_sum(0.3, ENCODING_HINT),
+            **positions.dropout_on_sum(0.3, ENCODING_HINT),
         ),
         *(
             Property(
@@ -345,11 +348,11 @@ rope = check(
         gradients=("x",),
         hint=ROPE_HINT,
         properties=(
-            Property("a rotation", **prop.rotation(_rotated, ROPE_HINT)),
+            Property("a rotation", **positions.rotation(_rotated, ROPE_HINT)),
             Property(
                 "the score depends only on m - n",
                 applies=lambda c: c.what.startswith("x ("),
-                **prop.relative_scores("apply_rope", hint=ROPE_HINT),
+                **positions.relative_scores("apply_rope", hint=ROPE_HINT),
             ),
         ),
     )

@@ -33,7 +33,7 @@ from course import properties as prop
 from course.check import exercise_check
 from course.checks.reference import sinusoid_table
 from course.domains import Numbers
-from course.properties import generator
+from course.properties import attention, decoding, generator, statistics
 from course.spec import (
     DEFAULTS,
     KEYWORD,
@@ -274,12 +274,12 @@ CAUSAL_WORDS = "causality: position t never sees a later position"
 
 def _invariance(owner: str) -> tuple[Property, ...]:
     """Padding invariance and causality, on the cases that append padding or later positions."""
-    padded = prop.prefix_unchanged(
+    padded = attention.prefix_unchanged(
         owner,
         PAD_WORDS,
         "The mask says which keys are real; it must reach every attention that reads them.",
     )
-    causal = prop.prefix_unchanged(
+    causal = attention.prefix_unchanged(
         owner, CAUSAL_WORDS, "The self-attention's mask hides later positions."
     )
     return (
@@ -294,7 +294,7 @@ def _dropped(owner: str, expected_of: Callable, stated: str, violated: str, hint
     return Property(
         "dropout's place",
         applies=_is("dropped"),
-        **prop.dropped_in_training(owner, expected_of, stated, violated, hint),
+        **statistics.dropped_in_training(owner, expected_of, stated, violated, hint),
     )
 
 
@@ -877,7 +877,7 @@ transformer = _module_check(
             Property(
                 "encode and decode",
                 applies=lambda c: not getattr(c, "dropped", False),
-                **prop.encode_then_decode("The text lists what encode and decode return."),
+                **decoding.encode_then_decode("The text lists what encode and decode return."),
             ),
             _dropped(
                 "Transformer",
@@ -1011,7 +1011,7 @@ greedy_decode = check(
         properties=(
             Property(
                 "the decoding protocol",
-                **prop.decoding_protocol(
+                **decoding.decoding_protocol(
                     "encode returns two things; decode takes both, on the growing target; the text says "
                     "which mode switch is allowed."
                 ),

@@ -30,9 +30,12 @@ from torch import nn
 
 from course import properties as prop
 from course.check import CheckFailure, exercise_check, expect
+from course.domains import Numbers
 from course.observe import StudentError
 from course.properties import generator, modes, observe, seeded
+from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
 from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Property, Spec, check, judging
+from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
 
@@ -42,7 +45,7 @@ IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's 
 # ----------------------------------------------------------------------------------------
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # a toy vocabulary with BERT-like special ids
-STATISTICS = 100_000  # tokens from which a case measures the 80/10/10 rule (properties.py)
+STATISTICS = 100_000  # tokens from which a case measures the 80/10/10 rule (_expect_mlm_statistics)
 
 
 def _synthetic_batch(rows: int, length: int, vocab: int, sizes: tuple, offset: int) -> dict:
@@ -90,6 +93,152 @@ def _masking_twin(input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm
     return masked, torch.where(selected, input_ids, IGNORE_INDEX)
 
 
+def _masking_what(case: Any) -> str:
+    return f"mask_tokens on {case.what}"
+
+
+def _masking_parts(case: Any, got: Any) -> tuple:
+    i = case.inputs
+    masked, labels = (t.long() for t in got)
+    return i["input_ids"], i["special_tokens_mask"], masked, labels, i["mask_token_id"]
+
+
+def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """What no random draw may break: special and padding tokens never selected, a label is
+    -100 or the ORIGINAL id, only selected tokens replaced, replacements inside [0, vocab)."""
+    ids, special, masked, labels, _ = _masking_parts(case, got)
+    what, vocab = _masking_what(case), case.inputs["vocab_size"]
+    selected, p = labels != IGNORE_INDEX, case.inputs.get("mlm_probability", 0.15)
+    exact = [  # the ends of the probability: no draw decides there
+        (selected, "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
+         "The property violated: each ordinary token is selected with probability "
+         "mlm_probability, here never.")
+    ] if p == 0 else [
+        (~special & ~selected, "mlm_probability=1, yet the ordinary token at {at} (id {o}) was "
+         "not selected. The property violated: each ordinary token is selected with probability "
+         "mlm_probability, here always.")
+    ] if p == 1 else []  # fmt: skip
+    rule = "Select with exactly the probability given; add no rule of your own around it."
+    for bad, message, hint in (
+        *((bad, message, rule) for bad, message in exact),
+        (
+            special & (selected | (masked != ids)),
+            "a special or padding token (id {o}) at {at} was selected or changed (label {l}, "
+            "id after masking {m}). The property violated: special and padding tokens are never "
+            "selected.",
+            "`special_tokens_mask` marks the positions whose selection probability is zero.",
+        ),
+        (
+            selected & (labels != ids),
+            "label {l} at {at}; a label is -100 (not selected) or the ORIGINAL id {o} (selected). "
+            "The property violated: labels hold the original ids.",
+            "The labels are what the model must recover: take them before replacing anything.",
+        ),
+        (
+            ~selected & (masked != ids),
+            "the token at {at} was replaced (id {o} -> {m}) but its label is -100. The property "
+            "violated: only selected tokens are replaced.",
+            "The replacements happen inside the selected positions only.",
+        ),
+        (
+            (masked < 0) | (masked >= vocab),
+            "id {m} at {at} is outside the vocabulary [0, vocab_size={v}). The property "
+            "violated: random ids are drawn from [0, vocab_size).",
+            "Random ids are drawn from the whole vocabulary, 0 to vocab_size - 1.",
+        ),
+    ):
+        if bad.any():
+            r, c = (int(x) for x in bad.nonzero()[0])
+            at = f"(row {r}, position {c})"
+            text = message.format(
+                o=int(ids[r, c]), at=at, l=int(labels[r, c]), m=int(masked[r, c]), v=vocab
+            )
+            raise CheckFailure(f"{what}: {text}", hint)
+
+
+def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """Selection with probability ``mlm_probability``, each ordinary token independently (the
+    spread of the counts per row and per position, neighbours uncorrelated), then 80% [MASK] /
+    10% a random id / 10% kept among the selected, each token independently too."""
+    ids, special, masked, labels, mask_id = _masking_parts(case, got)
+    what, p, vocab = _masking_what(case), case.inputs["mlm_probability"], case.inputs["vocab_size"]
+    ordinary, selected = ~special, labels != IGNORE_INDEX
+    n, k = int(ordinary.sum()), int(selected.sum())
+    z = proportion_z(k, n, p)
+    expect(
+        not alarm(normal_p(z)),
+        f"{what}: {100 * k / n:.2f}% of the {n} ordinary tokens were selected (label not -100), "
+        f"expected {100 * p:g}% ({z:+.1f} standard errors; a right implementation is that far "
+        f"off with probability < {FALSE_ALARM:g}). The property violated: selection with "
+        "probability `mlm_probability`.",
+        "Each ordinary token is selected with probability `mlm_probability`, the argument.",
+    )
+    independent = "The property violated: each ordinary token is selected independently"
+    for group, dim in (("row", 1), ("position", 0)):
+        p_value, spread = dispersion_p(selected.sum(dim), ordinary.sum(dim))
+        expect(
+            not alarm(p_value),
+            f"{what}: the number of tokens selected per {group} varies {spread} than "
+            f"independent draws allow (p = {p_value:.1e}). {independent} (not a fixed count per "
+            "row, not the same positions in every row).",
+            "One independent draw per token (a tensor of probabilities), nothing shared.",
+        )
+    pairs = ordinary[:, 1:] & ordinary[:, :-1]
+    s = selected.double() - p
+    z = float(((s[:, 1:] * s[:, :-1])[pairs]).sum()) / (p * (1 - p) * int(pairs.sum()) ** 0.5)
+    expect(
+        not alarm(normal_p(z)),
+        f"{what}: neighbouring tokens are selected together {'more' if z > 0 else 'less'} often "
+        f"than independent draws allow ({z:+.1f} standard errors). {independent} (no spans).",
+        "One independent draw per token, nothing shared between neighbours.",
+    )
+    to_mask, kept = selected & (masked == mask_id), selected & (masked == ids)
+    # a random id equal to [MASK] or to the original is seen as masked or kept: 1 in vocab each
+    shares = (
+        ("became [MASK]", to_mask, 0.8 + 0.1 / vocab),
+        ("became a random id", selected & ~to_mask & ~kept, 0.1 * (1 - 2 / vocab)),
+        ("stayed unchanged", kept, 0.1 + 0.1 / vocab),
+    )
+    for label, chosen, share in shares:
+        z = proportion_z(int(chosen.sum()), k, share)
+        expect(
+            not alarm(normal_p(z)),
+            f"{what}: of the {k} selected tokens, "
+            + ", ".join(f"{100 * int(c.sum()) / k:.2f}% {w}" for w, c, _ in shares)
+            + f"; expected 80% / 10% / 10% ('{label}' is {z:+.1f} standard errors off). The "
+            "property violated: 80% [MASK], 10% a random id, 10% unchanged, of the SELECTED.",
+            "The three shares are of the selected tokens: after the 80% that become [MASK], "
+            "the remaining 20% split into two halves.",
+        )
+    p_value, spread = dispersion_p(to_mask.sum(1), selected.sum(1))
+    expect(
+        not alarm(p_value),
+        f"{what}: the share of selected tokens that became [MASK] varies {spread} from row to "
+        f"row than independent draws allow (p = {p_value:.1e}). The property violated: each "
+        "selected token's 80/10/10 decision is drawn independently.",
+        "One independent draw per token for the 80/10/10 decision too.",
+    )
+
+
+def _expect_mlm_id_range(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """Random ids cover the whole vocabulary [0, vocab_size), special ids included: with a small
+    vocabulary every id (but [MASK], which cannot be told apart) must appear among the visible
+    replacements; each id has dozens of chances, so a right answer misses one with probability
+    far below FALSE_ALARM."""
+    ids, _, masked, labels, mask_id = _masking_parts(case, got)
+    visible = (labels != IGNORE_INDEX) & (masked != ids) & (masked != mask_id)
+    drawn = set(masked[visible].tolist())
+    missing = [v for v in range(case.inputs["vocab_size"]) if v != mask_id and v not in drawn]
+    expect(
+        not missing,
+        f"{_masking_what(case)}: among {int(visible.sum())} random replacements, the ids "
+        f"{missing[:8]} never appear. The property violated: random ids are drawn uniformly "
+        f"from [0, vocab_size={case.inputs['vocab_size']}), every id, special ones included.",
+        "Draw random ids from the whole vocabulary, 0 to vocab_size - 1 (torch's upper bound "
+        "is exclusive).",
+    )
+
+
 mask_tokens = check(
     Spec(
         exercise="Exercise 6.1",
@@ -109,18 +258,22 @@ mask_tokens = check(
         cases=_masking_cases,
         random=GLOBAL,
         properties=(
-            Property("invariants", judge=prop.expect_mlm_invariants),
+            Property("invariants", judge=_expect_mlm_invariants),
             Property(
                 "80/10/10 statistics",
-                judge=prop.expect_mlm_statistics,
+                judge=_expect_mlm_statistics,
                 applies=lambda case: case.inputs["input_ids"].numel() > STATISTICS,
             ),
             Property(
                 "the full id range",
-                judge=prop.expect_mlm_id_range,
+                judge=_expect_mlm_id_range,
                 applies=lambda case: case.inputs["vocab_size"] <= 64,
             ),
         ),
+        domains={  # "with probability mlm_probability": both ends, and the default left out
+            "mlm_probability": Numbers(0.0, 1.0, interior=0, base=lambda i: i["vocab_size"] > 64
+                                       and 10 < i["input_ids"].numel() < 1000),
+        },  # fmt: skip
         hint="Two random decisions: first which ordinary tokens are selected (probability "
         "`mlm_probability`), then, among the selected only, what happens to each (80/10/10).",
     )
@@ -179,39 +332,12 @@ def _tiny_batch(size: int, length: int, task: str, num_labels: int, offset: int)
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
 
 
-class _BatchNotMoved(RuntimeError):
-    """Raised when a tensor of a batch "on another device" is used before being moved."""
-
-
-class _OnAnotherDevice(torch.Tensor):
-    """A CPU tensor that behaves as if it lived on another device (a GPU data loader's): its
-    shape, dtype and device can be read and ``.to(device)`` gives an ordinary tensor, but any
-    computation with it fails, as mixing devices does, also in code that reads values."""
-
-    _READ_ONLY = {"__get__", "size", "dim", "numel", "__len__", "__repr__", "__format__"}
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
-        name = getattr(func, "__name__", "")
-        if name in ("to", "cuda", "cpu") or name in cls._READ_ONLY:
-            with torch._C.DisableTorchFunctionSubclass():
-                out = func(*args, **(kwargs or {}))
-            if name in cls._READ_ONLY or not isinstance(out, torch.Tensor):
-                return out
-            return out.as_subclass(torch.Tensor).clone()
-        raise _BatchNotMoved(f"`{name}` on a batch tensor that was not moved to a device")
-
-
-def _elsewhere(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {key: value.clone().as_subclass(_OnAnotherDevice) for key, value in batch.items()}
-
-
 def _observe(what: str, run: Callable[[], dict], moved_to: str) -> dict[str, Any]:
     """``observe(what, run)``; a batch used where it came from is the device property's."""
     try:
         return observe(what, run, random=True)
     except StudentError as error:
-        if "_BatchNotMoved" in error.error_type.split(","):
+        if "BatchNotMoved" in error.error_type.split(","):
             raise CheckFailure(
                 f"{what}: the model was called with a batch where it came from, not moved to "
                 f"{moved_to}. The property violated: device (the check hands over batches that "
@@ -303,7 +429,7 @@ def _student_steps(student: Callable, case: tuple, offset: int) -> dict[str, Any
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[schedule])
     steps = []
     for k, batch in enumerate(_step_batches(case, offset)):
-        given = _elsewhere(batch)
+        given = unmoved(batch)
         originals = dict(given)
         args, kwargs = (model, given, optimizer, scheduler), {}
         if form == POSITIONAL:
@@ -466,7 +592,7 @@ def _loader(batches: list[dict[str, torch.Tensor]]) -> torch.utils.data.DataLoad
     examples = [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["labels"]))]
 
     def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        return _elsewhere({k: torch.stack([item[k] for item in items]) for k in items[0]})
+        return unmoved({k: torch.stack([item[k] for item in items]) for k in items[0]})
 
     return torch.utils.data.DataLoader(
         examples, batch_size=len(batches[0]["labels"]), collate_fn=collate

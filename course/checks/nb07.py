@@ -20,7 +20,7 @@ import transformers  # noqa: F401 - the tokenizer's library, imported before any
 
 from course import models
 from course import properties as prop
-from course.properties import generator
+from course.properties import CheckFailure, expect, generator, same
 from course.spec import Case, Property, Spec, check
 
 IGNORE_INDEX = -100  # the label PyTorch's cross-entropy skips
@@ -57,6 +57,52 @@ ALIGN_CASES = (
 
 
 _CASE = {what: rest for what, *rest in ALIGN_CASES}
+
+
+def _expect_mapping_untouched(what: str, name: str, after: Any, before: dict) -> None:
+    """A mapping argument the code must only read (an encoding) has the same entries after the
+    calls: the property "inputs untouched", for arguments that are not plain data."""
+    expect(
+        same(after, before),
+        f"{what}: your code changed `{name}` in place (entries now "
+        f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
+        f"{sorted(before)}). The property violated: inputs untouched; the caller still needs it.",
+        "Build the result in a new list or tensor; read the arguments only.",
+    )
+
+
+def _expect_token_labels(
+    what: str, got: Any, expected: torch.Tensor, places: list[list[str]]
+) -> None:
+    """Token labels (one per token, -100 where the loss must skip): the first wrong position,
+    named by what the token is (``places[row][column]``, "piece 2 of 3 of word 4", "a padding
+    token"), with the principle that position breaks."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return  # the stated type and shape are the runner's
+    wrong = (got != expected).nonzero()
+    if len(wrong) == 0:
+        return
+    row, col = (int(v) for v in wrong[0])
+    place, mine, ref = places[row][col], int(got[row, col]), int(expected[row, col])
+    if "padding" in place or "special" in place:
+        hint = "Special and padding tokens belong to no word: the loss must skip them."
+        if "truncated" in what:
+            hint += " Truncation drops pieces but keeps the final [SEP]: read the layout of the "
+            hint += "encoded batch itself rather than rebuilding it from the words."
+    elif ref == IGNORE_INDEX:
+        hint = (
+            "Only the FIRST piece of a word carries its tag; the other pieces of the same word "
+            "are skipped by the loss, so each word is counted once."
+        )
+    elif mine == IGNORE_INDEX:
+        hint = "The first piece of every word carries the word's tag."
+    else:
+        hint = "The tag of a token's word is found through that token's word id (from 0)."
+    raise CheckFailure(
+        f"{what}: row {row}, token position {col} ({place}) got label {mine}, expected {ref} "
+        "(the property violated: one label per word, on its first piece).",
+        hint,
+    )
 
 
 def _encode(sentences: tuple[int, ...], max_length: int, padding: bool | str) -> Any:
@@ -107,22 +153,29 @@ def _align(encoding: Any, tags: list[list[int]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long)
 
 
+def _row_places(ids: list[int | None], mask: list[int] | None = None) -> list[str]:
+    """What each token of one row is, in words: "piece 2 of 3 of word 4", "a padding token"
+    (``mask``: the attention mask; without it, a token of no word is special or padding)."""
+    counts = {w: ids.count(w) for w in ids if w is not None}
+    seen: dict[int, int] = {}
+    row = []
+    for j, w in enumerate(ids):
+        if w is None:
+            kind = "special ([CLS]/[SEP])" if mask and mask[j] else "padding" if mask else "special"
+            row.append(f"a {kind} token" + ("" if mask else " or padding"))
+            continue
+        seen[w] = seen.get(w, 0) + 1
+        row.append(f"piece {seen[w]} of {counts[w]} of word {w}")
+    return row
+
+
 def _places(case: Case) -> list[list[str]]:
     """What each token position of the case's encoding is, in words (for the messages)."""
-    encoding, out = case.inputs["encoding"], []
-    for i in range(len(case.inputs["tags"])):
-        ids, mask = encoding.word_ids(i), encoding["attention_mask"][i].tolist()
-        counts = {w: ids.count(w) for w in ids if w is not None}
-        seen: dict[int, int] = {}
-        row = []
-        for j, w in enumerate(ids):
-            if w is None:
-                row.append("a padding token" if not mask[j] else "a special token ([CLS]/[SEP])")
-                continue
-            seen[w] = seen.get(w, 0) + 1
-            row.append(f"piece {seen[w]} of {counts[w]} of word {w}")
-        out.append(row)
-    return out
+    encoding = case.inputs["encoding"]
+    return [
+        _row_places(encoding.word_ids(i), encoding["attention_mask"][i].tolist())
+        for i in range(len(case.inputs["tags"]))
+    ]
 
 
 align_labels_spec = Spec(
@@ -135,7 +188,7 @@ align_labels_spec = Spec(
     properties=(
         Property(
             "the encoding untouched",
-            judge=lambda case, got, expected, seen: prop.expect_mapping_untouched(
+            judge=lambda case, got, expected, seen: _expect_mapping_untouched(
                 f"align_labels on {case.what}", "encoding", seen, dict(_encode(*_CASE[case.what]))
             ),
             observe=lambda student, case, call: prop.observe(
@@ -145,7 +198,7 @@ align_labels_spec = Spec(
         ),
         Property(
             "one label per token: the first piece's",
-            judge=lambda case, got, expected, seen: prop.expect_token_labels(
+            judge=lambda case, got, expected, seen: _expect_token_labels(
                 f"align_labels on {case.what}", got, expected, _places(case)
             ),
         ),
@@ -207,6 +260,36 @@ def _words(word_ids: list[int | None], token_predictions: Any, num_words: int) -
     return out
 
 
+def _word_story(case: Case, got: Any, expected: list[int], seen: Any) -> None:
+    """The first word whose prediction differs, both values, and where each came from: every
+    token of a case has its own prediction, so a wrong value names the token it was read from."""
+    if type(got) is not list or len(got) != len(expected):
+        return  # the stated result says it, with both lists
+    wrong = next((w for w, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b), None)
+    if wrong is None:
+        return
+    ids = case.inputs["word_ids"]
+    predictions = [int(p) for p in case.inputs["token_predictions"]]
+    places = _row_places(ids)
+    mine, want = got[wrong], expected[wrong]
+    source = (
+        f"the prediction of token {predictions.index(mine)}, {places[predictions.index(mine)]}"
+        if mine in predictions
+        else "no token's prediction"
+    )
+    should, rule = (
+        (f"the prediction of its first piece, token {predictions.index(want)}", "a word's "
+         "prediction is that of its first piece")
+        if want in predictions
+        else ("no token of that word is left after truncation", "a word with no token gets -1")
+    )  # fmt: skip
+    raise CheckFailure(
+        f"word_predictions on {case.what}: word {wrong} got {mine!r} ({source}), expected "
+        f"{want!r} ({should}) (the property violated: {rule}).",
+        case.hint,
+    )
+
+
 word_predictions_spec = Spec(
     exercise="Exercise 7.2",
     title="token predictions back to words",
@@ -214,6 +297,7 @@ word_predictions_spec = Spec(
     params=("word_ids", "token_predictions", "num_words"),
     reference=_words,
     cases=_words_cases,
+    properties=(Property("where each word's prediction comes from", judge=_word_story),),
     hint="It is the mirror image of 7.1: the word ids say which word each token belongs to, and "
     "only a word's first piece speaks for it; a word with no token left gets -1.",
 )

@@ -17,6 +17,7 @@ only: library functions where there is one, the exercise's definition in float64
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,35 @@ from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import accuracy_score, precision_score, recall_score
 
 from course import properties as prop
-from course.properties import OneOf, generator
+from course.properties import OneOf, expect, generator
 from course.spec import Case, Property, Spec, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
+
+def _choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callable[..., None]:
+    """A judge for a chosen number: a wrong answer that another rule gives is named with that
+    rule (``mistakes``: answer -> the sentence of the text it breaks), on the case built to
+    separate the rules (the one whose candidates are ``rule_candidates``) or, for 1.0 missed by
+    one step, where the default candidates are used."""
+
+    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
+        if not isinstance(got, float) or abs(got - expected) < 1e-6:
+            return
+        candidates = case.inputs.get("candidates")
+        reason = None
+        if candidates == rule_candidates or (candidates is None and expected == 1.0):
+            reason = next((text for v, text in mistakes.items() if abs(got - v) < 1e-6), None)
+        expect(
+            reason is None,
+            f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
+            "violated: the rule of the exercise).",
+            "Use only the validation logits and labels you are given; keep the largest candidate "
+            "within `max_drop` of the accuracy without threshold.",
+        )
+
+    return judge
+
 
 # --- 8.1 masked mean pooling ------------------------------------------------------------------
 
@@ -146,7 +171,8 @@ def _threshold_cases() -> list[Case]:
     offset = torch.where(torch.arange(30) % 2 == 0, 1000.0, -1000.0)
     huge = _logits_with(_halfway(30, 0.35, 0.99, g), label, 5, g,
                         offset + torch.randn(30, generator=g) * 100)  # fmt: skip
-    rows.append(("logits in the thousands (30, 5), threshold=0.6 (numeric range)", huge, 0.6, 5))
+    rows.append(("logits in the thousands (30, 5; their exp overflows), threshold=0.6", huge, 0.6,
+                 5))  # fmt: skip
     return [Case(w, {"logits": x, "threshold": t, "oos_id": o}) for w, x, t, o in rows]
 
 
@@ -164,6 +190,7 @@ apply_threshold = check(
         reference=_thresholded,
         cases=_threshold_cases,
         properties=(
+            Property("numeric range", **prop.overflow("apply_threshold", "logits")),
             Property(
                 "the labels",
                 prop.meaning(
@@ -366,7 +393,7 @@ choose_threshold = check(
         device=False,  # the text returns a Python float and states no device
         reference=_chosen,
         cases=_choose_cases,
-        properties=(Property("the rule", prop.choice(RULE_MISTAKES, RULE_CANDIDATES)),),
+        properties=(Property("the rule", _choice(RULE_MISTAKES, RULE_CANDIDATES)),),
         hint="The rule in the exercise: the in-scope accuracy without threshold, minus max_drop, "
         "is the floor; the answer is the largest candidate whose in-scope accuracy reaches it, "
         "measured on the validation data you are given.",

@@ -24,7 +24,7 @@ from torch import nn
 from course import properties as prop
 from course.domains import Numbers
 from course.nn import MultiHeadAttention
-from course.properties import OneOf, generator, large_scores
+from course.properties import OneOf, decoding, generator, large_scores
 from course.spec import KEYWORD, Case, Property, Spec, check
 
 # --- 9.1 language-model loss ------------------------------------------------------------------
@@ -51,8 +51,8 @@ def _loss_cases() -> list[Case]:
         ("(2, 6, 9) logits, the first row left-padded with pad_id=0",
          torch.randn(2, 6, 9, generator=g), left, 0),
         ("a batch of one with pad_id=5 (not 0)", torch.randn(1, 8, 10, generator=g), pad5, 5),
-        ("logits in the hundreds (numeric range)", large_scores(2, 5, 9, scale=100.0, offset=92),
-         _ids(g, 2, 5, 9), 0),
+        ("logits in the hundreds (their exp overflows)",
+         large_scores(2, 5, 9, scale=100.0, offset=92), _ids(g, 2, 5, 9), 0),
         ("float64 logits", torch.randn(2, 4, 7, generator=g, dtype=torch.float64),
          _ids(g, 2, 4, 7), 0),
     ]  # fmt: skip
@@ -131,8 +131,8 @@ def _filter_cases() -> list[Case]:
          {"top_p": 1.0}),
         ("(3, 14) logits: top-k, then top-p of what is left", torch.randn(3, 14, generator=g) * 2,
          {"temperature": 1.5, "top_k": 6, "top_p": 0.7}),
-        ("logits in the hundreds (numeric range)", large_scores(3, 8, scale=150.0, offset=93),
-         {"top_p": 0.9}),
+        ("logits in the hundreds (their exp overflows)",
+         large_scores(3, 8, scale=150.0, offset=93), {"top_p": 0.9}),
         ("float64 logits (2, 3, 9)", torch.randn(2, 3, 9, generator=g, dtype=torch.float64) * 2,
          {"top_k": 4, "top_p": 0.8}),
         ("a batch of one (1, 7)", torch.randn(1, 7, generator=g) * 2, {"top_p": 0.5}),
@@ -142,7 +142,7 @@ def _filter_cases() -> list[Case]:
 
 
 def _filtered(logits: torch.Tensor, **filters: Any) -> torch.Tensor:
-    keep, _, scaled = prop.filtered_keep(logits, filters)
+    keep, _, scaled = decoding.filtered_keep(logits, filters)
     return scaled.to(logits.dtype).masked_fill(~keep, -math.inf)
 
 
@@ -161,7 +161,10 @@ filter_logits = check(
             "top_k": Numbers(1, lambda i: i["logits"].shape[-1] + 3, integer=True, interior=1),
             "top_p": Numbers(0.0, 1.0, open_low=True, ties=(1e-6,), interior=1),
         },
-        properties=(Property("the kept set", prop.kept_set),),
+        properties=(
+            Property("numeric range", **prop.overflow("filter_logits", "logits", torch.isfinite)),
+            Property("the kept set", decoding.kept_set),
+        ),
         hint="Follow the exercise text in its order: divide by the temperature; top-k keeps every "
         "logit at least as large as the k-th largest; top-p then keeps the most probable tokens "
         "until their probability (of what is left) reaches p, the token that crosses p included.",
@@ -254,7 +257,7 @@ def _first_token_distribution(case: Case) -> torch.Tensor:
     model, filters = case.inputs["model"], {k: case.inputs[k] for k in FILTERS if k in case.inputs}
     with torch.no_grad():
         logits = model(torch.tensor([case.inputs["prompts"][0]]))[0, -1]
-    keep, _, scaled = prop.filtered_keep(logits, filters)
+    keep, _, scaled = decoding.filtered_keep(logits, filters)
     return torch.softmax(scaled.masked_fill(~keep, -math.inf), dim=-1)
 
 
@@ -276,12 +279,12 @@ sample = check(
         properties=(
             Property(
                 "greedy continuations",
-                prop.continuations,
+                decoding.continuations,
                 applies=lambda case: len(case.inputs["prompts"]) <= 10,
             ),
             Property(
                 "draws",
-                prop.draws_follow(_first_token_distribution),
+                decoding.draws_follow(_first_token_distribution),
                 _another_seed,
                 applies=lambda case: len(case.inputs["prompts"]) > 10,
             ),

@@ -14,7 +14,7 @@ from course import properties as prop
 from course import spec
 from course.check import exercise_check, expect
 from course.checks.nb06 import _tiny_batch, _tiny_bert
-from course.properties import generator, observe
+from course.properties import generator, observe, statistics
 from course.spec import Build, Case, Property, judging, weights_for
 
 HINT = ("base(x) + (alpha / r) * dropout(x) @ lora_A.T @ lora_B.T, with lora_A (r, in_features) "
@@ -87,14 +87,14 @@ def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
     clean = copy.deepcopy(build.inputs["base"]).double()(x).detach()
     update, full = (out - clean) / 2, clean + 2 * x @ w["lora_A"].T @ w["lora_B"].T
     inner = update @ torch.linalg.inv(w["lora_B"].T) @ torch.linalg.inv(w["lora_A"].T)
-    if prop.is_dropout_of(inner, x, 0.5):
-        return prop.dropout_rate(inner.abs() < 1e-9, 0.5, what, HINT)
+    if statistics.is_dropout_of(inner, x, 0.5):
+        return statistics.dropout_rate(inner.abs() < 1e-9, 0.5, what, HINT)
     mistake = "the output is not base(x) + (alpha/r) B A dropout(x) for any dropout mask"
     if torch.allclose(out, full, atol=1e-6):
         mistake = "nothing was dropped: dropout acts in train() mode"
-    elif prop.is_dropout_of(out, full, 0.5):
+    elif statistics.is_dropout_of(out, full, 0.5):
         mistake = "dropout is applied to the whole output; the base layer's path is never dropped"
-    elif prop.is_dropout_of(update * 2, full - clean, 0.5):
+    elif statistics.is_dropout_of(update * 2, full - clean, 0.5):
         mistake = "dropout is applied to the update after B; the text puts it on the input of A"
     raise prop.CheckFailure(f"{what}: {mistake} (the property violated: dropout).", HINT)
 

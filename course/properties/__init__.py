@@ -1,0 +1,808 @@
+"""The checking library, by concept: each property written once, with its message.
+
+This module is the core, the properties the runner (:mod:`course.spec`) applies to every
+exercise; each observes the student's code through :func:`course.observe.observe` (so the verdict
+can be replayed where the student's code never runs) and fails with a message that names the
+property violated:
+
+* **inputs untouched**  :func:`call` compares every argument before and after the call;
+* **global state unchanged**  every observation (see :func:`course.observe.observe`);
+* **the stated result**  :func:`expect_result`: type, dtype, shape, values;
+* **device**  :func:`on_device` runs the code on a second device (:mod:`course.virtual`);
+* **training and eval mode**  :func:`modes`, :func:`expect_modes_reach`;
+* **gradients**  :func:`gradients` backpropagates a fixed random weighting of the output;
+* **results that depend only on the inputs**  :func:`expect_same_again`;
+* **the interface**  :func:`stated_attributes`, :func:`refusal` (the error the text states).
+
+The concepts that several exercises share have a module each: :mod:`.attention` (attention and
+masks), :mod:`.positions`, :mod:`.statistics` (randomness and dropout), :mod:`.decoding`. A
+property used by one check lives beside its spec in ``course/checks/``. Inputs come from
+:func:`generator` (re-exported from :mod:`course.observe`); reference modules that need torch's
+global generator are built under :func:`seeded`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from course.check import CheckFailure, expect
+from course.failure import depends_on_earlier_calls
+from course.observe import (
+    Absent,
+    Foreign,
+    NotPlainData,
+    StudentError,
+    current,
+    generator,
+    observe,
+    to_plain,
+    to_student_plain,
+    type_name,
+)
+from course.virtual import DeviceMixed, run_on_virtual
+
+__all__ = ["Absent", "CheckFailure", "expect", "generator", "observe"]  # re-exported
+
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+@contextlib.contextmanager
+def seeded(offset: int = 0) -> Iterator[None]:
+    """Torch's global generator forked and seeded from the session: for reference modules."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(current().seed * 1_000_003 + 104_729 + offset)
+        yield
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of plain data (tensors: same dtype, shape and values, NaN equal to NaN)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return torch.equal(a, b)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, Foreign) and isinstance(b, Foreign):
+        return (a.type_name, a.base) == (b.type_name, b.base) and same(a.value, b.value)
+    return type(a) is type(b) and a == b
+
+
+def _snapshot(value: Any) -> Any:
+    try:
+        return to_plain(value)
+    except NotPlainData:
+        return None  # a module or a function: not compared
+
+
+def call(
+    what: str,
+    function: Any,
+    *args: Any,
+    random: bool = False,
+    names: Sequence[str] = (),
+    free: Sequence[str] = (),
+    **kwargs: Any,
+) -> Any:
+    """``function(*args, **kwargs)`` observed: its result as plain data.
+
+    Fails when the call changed one of its arguments (a tensor, list or dict) in place: the
+    property "inputs untouched". ``names`` names the positional arguments in messages; the
+    arguments named in ``free`` may change (the exercise text allows it).
+    """
+    before = (
+        [None if i < len(names) and names[i] in free else _snapshot(a) for i, a in enumerate(args)],
+        {k: None if k in free else _snapshot(v) for k, v in kwargs.items()},
+    )
+
+    def run() -> dict[str, Any]:
+        result = to_student_plain(function(*args, **kwargs))
+        after = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
+        return {"result": result, "after": after}
+
+    observed = observe(what, run, random=random)
+    after_args, after_kwargs = observed["after"]
+    expect(
+        len(after_args) == len(before[0]) and isinstance(after_kwargs, dict),
+        f"{what}: the arguments did not come back from the call.",
+    )
+    for i, (old, new) in enumerate(zip(before[0], after_args, strict=True)):
+        label = f"`{names[i]}`" if i < len(names) else f"its {ORDINALS[min(i, 7)]} argument"
+        expect(
+            old is None or same(old, new),
+            f"{what}: your code changed {label} in place. The property violated: inputs "
+            "untouched; the caller still needs them.",
+            "Compute into new tensors (x - m, not x -= m; torch.cat, not append) and copy a "
+            "list or dict before changing it.",
+        )
+    for key, old in before[1].items():
+        expect(
+            old is None or same(old, after_kwargs.get(key)),
+            f"{what}: your code changed the argument `{key}` in place. The property violated: "
+            "inputs untouched.",
+            "Compute into new tensors and copy a list or dict before changing it.",
+        )
+    return observed["result"]
+
+
+def construct(what: str, cls: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """Build the student's module ``cls(*args, **kwargs)``; return it and its state dict.
+
+    In the trusted replay the module itself is an :class:`Absent` placeholder (it only ever
+    appears inside later observed calls) and the state dict is the recorded one.
+    """
+    built: list[Any] = []
+
+    def build() -> dict[str, Any]:
+        module = cls(*args, **kwargs)
+        built.append(module)
+        return dict(module.state_dict()) if isinstance(module, nn.Module) else {}
+
+    state = observe(what, build, random=True)
+    return (built[0] if built else Absent(what)), state
+
+
+def modes(module: nn.Module) -> dict[str, bool]:
+    """``{sub-module name: training flag}`` of every sub-module (call it inside ``observe``)."""
+    return {name or "(the module itself)": sub.training for name, sub in module.named_modules()}
+
+
+def gradients(
+    forward: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    parameters: dict[str, torch.Tensor] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Output and gradients of ``(forward(*inputs) * w).sum()`` for a fixed random ``w``.
+
+    Floating inputs get ``requires_grad``; returns ``{"output", "inputs": [grad or None],
+    "parameters": {name: grad or None}}``. Call it inside ``observe`` for the student's module
+    and directly for the reference, with the same ``seed``.
+    """
+    leaves = [
+        x.detach().clone().requires_grad_(x.is_floating_point())
+        if isinstance(x, torch.Tensor)
+        else x
+        for x in inputs
+    ]
+    with torch.enable_grad():
+        output = forward(*leaves)
+        if not isinstance(output, torch.Tensor):
+            raise CheckFailure(
+                f"the forward pass returned {a_type(output)}, not a tensor.",
+                "Return the output tensor.",
+            )
+        weight = torch.randn(
+            output.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+        ).to(output.dtype)
+        (output * weight).sum().backward()
+    params = parameters or {}
+    return {
+        "output": output.detach(),
+        "inputs": [x.grad if isinstance(x, torch.Tensor) else None for x in leaves],
+        "parameters": {name: p.grad for name, p in params.items()},
+    }
+
+
+def observe_gradients(
+    what: str,
+    forward: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    parameters: Callable[[], dict[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
+    """:func:`gradients` of the student's ``forward``, observed. An output cut from the graph
+    (``.detach()``, ``torch.no_grad()``) gives ``None`` gradients instead of an error, so the
+    check can say which input or parameter gets no gradient. ``parameters`` is called inside the
+    observation (it reads the student's module)."""
+
+    def run() -> dict[str, Any]:
+        params = parameters() if parameters is not None else None
+        try:
+            return gradients(forward, inputs, params)
+        except RuntimeError as error:
+            if "does not require grad" not in str(error):
+                raise
+            return {"output": None, "inputs": [None] * len(inputs), "parameters": {}}
+
+    return observe(what, run)
+
+
+def large_scores(*shape: int, scale: float = 1000.0, offset: int = 0) -> torch.Tensor:
+    """Scores in the hundreds and thousands: a softmax without the max shift overflows."""
+    return torch.randn(*shape, generator=generator(offset)) * scale
+
+
+def tolerance(dtype: torch.dtype, strict: bool | dict = False) -> dict[str, float]:
+    """What a dtype allows. float64 is held to float64 precision only when the exercise text asks
+    for it (``strict``); otherwise a right answer computed in float32 inside passes too. A dict
+    is a case's own bound (an expanded square cancels digits: its bound follows its terms)."""
+    if isinstance(strict, dict):
+        return strict
+    if dtype == torch.float64 and strict:
+        return {"atol": 1e-10, "rtol": 1e-8}
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"atol": 1e-2, "rtol": 1e-2}
+    return {"atol": 1e-5, "rtol": 1e-4}
+
+
+def _typed_float(value: Any) -> bool:
+    """A Python float as typing reads it: a float, a subclass of float (numpy.float64), or an
+    int (PEP 484's numeric tower), never a bool, a numpy.float32 or a tensor."""
+    if isinstance(value, Foreign):
+        return value.base in ("float", "int")
+    return type(value) in (float, int)
+
+
+def an(name: str) -> str:
+    """``name`` with its article, "an int", "a float": the grammar of every type named."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def a_type(value: Any) -> str:
+    """What a message calls ``value``'s type: "None", "an int", "a torch.Tensor"."""
+    return "None" if value is None else an(leaf_type(value))
+
+
+def shown(value: Any, width: int = 70) -> str:
+    """``value`` in a message: tensors by shape and dtype, the rest as written, cut to
+    ``width`` characters."""
+    if isinstance(value, torch.Tensor):
+        dtype = "" if value.dtype in (torch.float32, torch.int64) else f" {value.dtype}"
+        return f"<tensor {tuple(value.shape)}{dtype}>"
+    if type(value) in (list, tuple):
+        inner = ", ".join(shown(v, width) for v in value)
+        text = f"[{inner}]" if type(value) is list else f"({inner}{',' if len(value) == 1 else ''})"
+    else:
+        text = repr(value)
+    if len(text) <= width:
+        return text
+    return text[: width - 5] + (" ...]" if text.startswith("[") else " ...")
+
+
+def leaf_type(value: Any) -> str:
+    return "torch.Tensor" if isinstance(value, torch.Tensor) else type_name(value)
+
+
+def expect_result(
+    got: Any,
+    expected: Any,
+    what: str,
+    hint: str | None = None,
+    strict: bool | dict = False,
+    values: bool = True,
+) -> None:
+    """The stated result: the same type at every leaf (a Python float is not a NumPy float, a
+    list of ints is not a tensor), the same container shape, tensors of the same dtype and shape,
+    and (with ``values``) values within :func:`tolerance`, NaN where the reference has NaN."""
+    if isinstance(expected, OneOf):
+        expected = _one_of(got, expected, what, hint)
+        if isinstance(got, Foreign):  # an accepted foreign type (a NumPy array): its values
+            got = got.value
+            expected = expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected
+    if isinstance(expected, tuple | list):
+        expect(
+            isinstance(got, tuple | list) and (isinstance(expected, tuple) or type(got) is list),
+            f"{what} returned {a_type(got)}, but the exercise text says a "
+            f"{type(expected).__name__} of {len(expected)} (the property violated: the stated "
+            "return type).",
+            hint,
+        )
+        if values or isinstance(expected, tuple):  # a list's length is part of its value
+            pairs = enumerate(zip(got, expected, strict=False))
+            first = next((i for i, (mine, theirs) in pairs if not same(mine, theirs)), None)
+            where = (
+                f"; the first difference is item {first}: yours {shown(got[first])}, expected "
+                f"{shown(expected[first])}"
+                if first is not None
+                else f"; yours {'stops' if len(got) < len(expected) else 'goes on'} after item "
+                f"{min(len(got), len(expected)) - 1}"
+            )
+            expect(
+                len(got) == len(expected),
+                f"{what} returned {len(got)} values, expected {len(expected)}: yours "
+                f"{shown(got)}, expected {shown(expected)}{where} (the property violated: the "
+                "stated result).",
+                hint,
+            )
+        for i, (mine, theirs) in enumerate(zip(got, expected, strict=False)):
+            label = what if len(expected) == 1 else f"{what}, item {i}"
+            expect_result(mine, theirs, label, hint, strict, values)
+        return
+    if isinstance(expected, dict):
+        stated = "dict" if type(expected) is dict else type_name(expected)  # "a Counter"
+        expect(
+            isinstance(got, dict) and stated in ("dict", type_name(got)),
+            f"{what} returned {a_type(got)}, but the exercise text says {an(stated)} (the "
+            f"property violated: the stated return type; the code after it uses what {an(stated)} "
+            "has).",
+            hint,
+        )
+        missing = [k for k in expected if k not in got]
+        extra = [k for k in got if k not in expected]
+        expect(
+            not missing,
+            f"{what} has no entry {missing[0]!r} ({len(missing)} missing), expected "
+            f"{expected[missing[0]]!r} there (the property violated: the stated result)."
+            if missing
+            else "",
+            hint,
+        )
+        expect(
+            not extra,
+            f"{what} has an entry {extra[0]!r} = {got[extra[0]]!r} that should not be there "
+            f"({len(extra)} extra; the property violated: the stated result)."
+            if extra
+            else "",
+            hint,
+        )
+        for name in expected:
+            expect_result(got[name], expected[name], f"{what}[{name!r}]", hint, strict, values)
+        return
+    if isinstance(expected, float) and _typed_float(got):  # PEP 484: an int is a float too
+        got = float(got.value if isinstance(got, Foreign) else got)
+    expect(
+        leaf_type(got) == leaf_type(expected),
+        f"{what} returned {a_type(got)}, but the exercise text says {a_type(expected)} (the "
+        "property violated: the stated return type).",
+        hint,
+    )
+    if isinstance(expected, torch.Tensor):
+        _expect_tensor(got, expected, what, hint, strict, values)
+    elif not values:
+        return
+    elif isinstance(expected, float):
+        bound = tolerance(torch.float64, strict)
+        both_nan = got != got and expected != expected
+        expect(
+            both_nan
+            or got == expected
+            or abs(got - expected) <= bound["atol"] + bound["rtol"] * abs(expected),
+            f"{what} is {got!r}, expected {expected!r}.",
+            hint,
+        )
+    else:
+        expect(got == expected, f"{what} is {got!r}, expected {expected!r}.", hint)
+
+
+def _expect_tensor(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    what: str,
+    hint: str | None,
+    strict: bool,
+    values: bool = True,
+) -> None:
+    expect(
+        got.dtype == expected.dtype,
+        f"{what} has dtype {got.dtype}, expected {expected.dtype} (the property violated: the "
+        "stated dtype).",
+        hint,
+    )
+    if not values:  # a shape is judged with the values, after the exercise's own properties
+        return
+    expect(
+        tuple(got.shape) == tuple(expected.shape),
+        f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}.",
+        hint,
+    )
+    if not (expected.is_floating_point() or expected.is_complex()):
+        if not torch.equal(got, expected):
+            index = tuple(int(i) for i in (got != expected).nonzero()[0])
+            raise CheckFailure(
+                f"{what} is wrong at index {index}: yours {got[index].tolist()}, expected "
+                f"{expected[index].tolist()}.",
+                hint,
+            )
+        return
+    overflow = ~torch.isfinite(got) & torch.isfinite(expected)
+    if overflow.any():
+        first = tuple(int(i) for i in overflow.nonzero()[0])
+        raise CheckFailure(
+            f"{what} gives {got[first].item()} (inf or NaN) at index {first} where the reference "
+            f"is {expected[first].item():.6g} (the property violated: numeric range).",
+            hint,
+        )
+    nan_mismatch = torch.isnan(got) != torch.isnan(expected)
+    if nan_mismatch.any():
+        first = tuple(int(i) for i in nan_mismatch.nonzero()[0])
+        raise CheckFailure(
+            f"{what} has a number where the reference has NaN (first at index {first}).",
+            hint,
+        )
+    bound = tolerance(expected.dtype, strict)
+    if torch.allclose(got, expected, equal_nan=True, **bound):
+        return
+    diff = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
+    diff[torch.isnan(expected)] = 0
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    raise CheckFailure(
+        f"{what} differs from the reference: largest difference {diff.max().item():.3g} at "
+        f"index {index} (yours {got[index].item():.6g}, expected {expected[index].item():.6g}).",
+        hint,
+    )
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A result the text allows in several types ("``exp(loss)`` as a 0-dim tensor or a float"):
+    ``value`` (a tensor) and the type names accepted, as :func:`expect_result` names types;
+    ``any_dtype``: the text states no dtype, so a tensor is compared in its own float dtype."""
+
+    value: torch.Tensor
+    types: tuple[str, ...] = ("torch.Tensor", "float")
+    any_dtype: bool = False
+
+
+def _one_of(got: Any, expected: OneOf, what: str, hint: str | None) -> Any:
+    expect(
+        leaf_type(got) in expected.types,
+        f"{what} returned {a_type(got)}, but the exercise text says "
+        f"{' or '.join(map(an, expected.types))} (the property violated: the stated return type).",
+        hint,
+    )
+    if isinstance(got, float):
+        return float(expected.value)
+    if expected.any_dtype and isinstance(got, torch.Tensor) and got.is_floating_point():
+        return expected.value.to(got.dtype)
+    return expected.value
+
+
+def on_device(
+    what: str,
+    function: Callable[..., Any],
+    args: tuple = (),
+    kwargs: dict | None = None,
+    modules: tuple = (),
+) -> dict[str, Any]:
+    """The device property, observed: ``function`` run with its tensors and ``modules`` on a
+    second device that computes real values (:mod:`course.virtual`). Returns where each result
+    tensor lives and what the code raised there, if anything."""
+
+    def run() -> dict[str, Any]:
+        try:
+            _, where = run_on_virtual(function, args, kwargs, modules)
+        except NotImplementedError:
+            raise
+        except (DeviceMixed, TypeError, RuntimeError) as error:
+            return {"devices": [], "error": f"{type(error).__name__}: {error}"}
+        return {"devices": where, "error": None}
+
+    return observe(what, run, random=True)
+
+
+DEVICE_HINT = (
+    "Every tensor your code creates must live on the device of its inputs: `device=x.device`, "
+    "`torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as buffers so `.to(device)` "
+    "moves them; never go through NumPy or `.cpu()` on the way to the output."
+)
+
+
+def expect_device(what: str, observed: dict[str, Any], hint: str | None = None) -> None:
+    """Fail unless the run on the second device raised nothing and left every result there."""
+    error = observed.get("error")
+    expect(
+        error is None,
+        f"{what}: on another device (a GPU, or here a test device) your code failed with "
+        f"{error} (the property violated: device, the result must live on the inputs' device; "
+        "the same inputs on the CPU worked).",
+        hint or DEVICE_HINT,
+    )
+    devices = observed.get("devices") or []
+    expect(
+        all(d == "virtual" for d in devices),
+        f"{what}: given inputs on another device, your code returned a tensor on the CPU (the "
+        "property violated: device, the result must live on the inputs' device). On a GPU the "
+        "next operation would fail.",
+        hint or DEVICE_HINT,
+    )
+
+
+def expect_gradients(
+    what: str,
+    got: dict[str, Any],
+    expected: dict[str, Any],
+    names: Sequence[str],
+    hint: str | None = None,
+) -> None:
+    """Every named gradient (``inputs`` by position, then ``parameters`` by name) reaches and
+    equals the reference's: the property "gradients"."""
+    pairs = list(zip(names, got["inputs"], expected["inputs"], strict=False))
+    pairs += [(n, got["parameters"].get(n), g) for n, g in expected["parameters"].items()]
+    for name, mine, theirs in pairs:
+        if theirs is None:
+            continue
+        expect(
+            isinstance(mine, torch.Tensor),
+            f"{what}: no gradient reaches `{name}` (the property violated: gradients, the result "
+            "must stay differentiable); training could not learn what produces it.",
+            hint
+            or "Compute with differentiable torch operations; no .detach(), .item(), NumPy "
+            "or torch.no_grad() on the way to the output.",
+        )
+        expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})", hint)
+
+
+def expect_parameters(
+    what: str, got: dict[str, Any], declared: dict[str, tuple[int, ...]], hint: str | None = None
+) -> None:
+    """The trainable parameters are exactly those the exercise text names, with their shapes:
+    none missing, none extra (an extra one would be trained although the text has no such
+    weight)."""
+    names = set(got)
+    missing = sorted(set(declared) - names)
+    extra = sorted(names - set(declared))
+    expect(
+        not missing,
+        f"{what} has no trainable parameter {', '.join(f'`{n}`' for n in missing)} (what it has: "
+        f"{', '.join(f'`{n}`' for n in sorted(names)) or 'none'}). The check reads each layer "
+        "by the name the exercise gives it.",
+        hint or "Keep the sub-modules, names and layer types that the exercise describes.",
+    )
+    expect(
+        not extra,
+        f"{what} has trainable parameters the exercise does not describe: "
+        f"{', '.join(f'`{n}`' for n in extra)} (the property violated: the parameters the text "
+        "names; an extra one would be trained too).",
+        hint or "Build only the layers the exercise describes; a fixed table is a buffer.",
+    )
+    for name, shape in declared.items():
+        expect(
+            tuple(got[name]) == tuple(shape),
+            f"{what}: `{name}` has shape {tuple(got[name])}, expected {tuple(shape)}.",
+            hint,
+        )
+
+
+def expect_same_in_modes(what: str, train: Any, evaluation: Any, hint: str | None = None) -> None:
+    """Where the text says training mode changes nothing (no dropout, or dropout 0), the output
+    in ``train()`` equals the output in ``eval()``: the property "training mode"."""
+    try:
+        expect_result(train, evaluation, f"{what} in train() mode", hint)
+    except CheckFailure as failure:
+        raise CheckFailure(
+            f"{failure.message} Training mode changed the result although the exercise says it "
+            "changes nothing here (the property violated: training mode: a dropout or a random "
+            "draw the text does not describe).",
+            failure.hint,
+        ) from None
+
+
+def expect_modes_reach(what: str, modes_in_train: dict[str, bool]) -> None:
+    """``train()`` reaches every sub-module (no sub-module kept in eval mode, no flag forced)."""
+    stuck = [name for name, training in modes_in_train.items() if not training]
+    expect(
+        not stuck,
+        f"{what}: after .train(), {', '.join(f'`{n}`' for n in stuck)} stayed in eval mode (the "
+        "property violated: training mode, in every sub-module).",
+        "Register sub-modules as attributes (or nn.ModuleList), and never set `.training` by "
+        "hand: .train() and .eval() must reach all of them.",
+    )
+
+
+def expect_reproducible(what: str, second: Any, first: Any) -> None:
+    """Randomness only from the given generator: the same seed gives the same result."""
+    try:
+        expect_result(second, first, what)
+    except CheckFailure as failure:
+        raise CheckFailure(
+            f"{what}: two generators seeded alike gave different results ({failure.message}) "
+            "(the property violated: randomness only from the given generator).",
+            "Pass the generator to every random draw (`generator=`); never use torch's global "
+            "random functions without it.",
+        ) from None
+
+
+def expect_same_again(
+    what: str,
+    again: Any,
+    first: Any,
+    against: str = "the second call, after other inputs, against the first",
+) -> None:
+    """No state kept between calls: the same inputs, called again after other calls, give the
+    same result (exactly: the same code on the same inputs computes the same bits)."""
+    if same(again, first):
+        return
+    try:
+        expect_result(again, first, what)
+        detail = "the values differ by a rounding error only"
+    except CheckFailure as failure:
+        detail = failure.message
+    raise depends_on_earlier_calls(what, f"{against}: {detail}")
+
+
+def meaning(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., None]:
+    """A judge for :class:`course.spec.Property`: ``pick(result)`` (one item of the result)
+    equals the reference's, and a mismatch says what that item means in the exercise text."""
+
+    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
+        try:
+            what = f"{label} on {case.what}"
+            expect_result(pick(got), pick(expected), what, case.hint, case.strict)
+        except CheckFailure as failure:
+            if "(the property violated:" in failure.message:  # it names its own (numeric range)
+                raise
+            raise CheckFailure(
+                f"{failure.message} (the property violated: {text})", failure.hint
+            ) from None
+
+    return judge
+
+
+def overflow(
+    name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r, hint: str | None = None
+) -> dict[str, Any]:
+    """Numeric range, named where it is the mistake: a softmax does not change when each row of
+    ``arg`` is shifted by its maximum, so a result (``kept(result)``: what the softmax decides)
+    that is wrong on the case but right on the shifted input overflows. For cases with values
+    beyond 80, where exp overflows float32."""
+
+    def watch(student: Any, case: Any, call_: Callable) -> Any:
+        x = case.inputs[arg]
+        return call_({**case.inputs, arg: x - x.amax(-1, keepdim=True)})
+
+    def judge(case: Any, got: Any, expected: Any, shifted: Any) -> None:
+        mine, want, moved = kept(got), kept(expected), kept(shifted)
+        if not all(isinstance(t, torch.Tensor) for t in (mine, want, moved)):
+            return
+        if not same(mine, want) and same(moved, want):
+            raise CheckFailure(
+                f"{name} on {case.what} is wrong, yet right once each row's maximum is subtracted "
+                f"from `{arg}`, which changes no softmax: exp of values in the hundreds overflows "
+                "(inf / inf is NaN) (the property violated: numeric range).",
+                hint or "Compute probabilities stably: subtract each row's maximum before exp, "
+                "or use torch.softmax, which does.",
+            )
+
+    return {"observe": watch, "judge": judge, "applies": lambda c: c.inputs[arg].abs().max() > 80}
+
+
+def refusal(
+    error: type[BaseException],
+    attempt: Callable[[Any], Any],
+    what: str,
+    message: str,
+    hint: str | None = None,
+    says_so: bool = False,
+) -> dict[str, Callable]:
+    """The text says ``attempt(student)`` raises ``error`` (a ValueError for sizes that do not
+    fit), with ``says_so`` an error "that says so": a message, not an empty one.
+    ``observe``/``judge`` of a spec :class:`~course.spec.Property`."""
+
+    def watch(student: Any, case: Any, call: Callable) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            try:
+                result = attempt(student)
+            except error as raised:
+                return {"raised": str(raised)[:300]}
+            first = result[0] if isinstance(result, tuple | list) and result else result
+            return {"shape": tuple(first.shape) if isinstance(first, torch.Tensor) else None}
+
+        try:  # random: a constructor may draw its initial weights before it refuses
+            return observe(what, run, random=True)
+        except StudentError as raised:
+            if "NotImplementedError" in raised.error_type:
+                raise
+            return {"other": raised.error_type.split(",")[0]}
+
+    def judge(case: Any, got: Any, expected: Any, observed: dict[str, Any]) -> None:
+        if "raised" in observed:
+            expect(
+                not says_so or bool(str(observed["raised"]).strip()),
+                f"{what} raised a {error.__name__} with an empty message: the exercise text says "
+                "the error says so (the property violated: the error the text states).",
+                hint,
+            )
+            return
+        if "other" in observed:
+            done = f"raised {observed['other']}"
+        else:
+            shape = observed.get("shape")
+            done = "was accepted" + (f" and returned shape {shape}" if shape else "")
+        raise CheckFailure(
+            f"{what} {done}: {message} The exercise text asks for a {error.__name__} (the "
+            "property violated: the error the text states).",
+            hint,
+        )
+
+    return {"observe": watch, "judge": judge}
+
+
+def fresh(read: Callable[[Any], Any], label: str) -> Callable[[Any, Any, Callable], Any]:
+    """Observe ``read(module)`` of a module of the student's class freshly built with
+    ``case.build`` (positional constructor arguments, as the course builds it): what
+    ``__init__`` leaves, before the check loads its own weights."""
+
+    def run(student: Any, case: Any, call: Callable) -> Any:
+        args = tuple(case.build.values())
+        return observe(f"{case.what}: {label}", lambda: read(type(student)(*args)), random=True)
+
+    return run
+
+
+def stated_attributes(
+    name: str, read: Callable[[Any], dict], stated: Callable[[Any], dict[str, tuple[Any, str]]]
+) -> dict[str, Callable]:
+    """Attributes the text names hold the constructor's arguments after ``__init__``:
+    ``read(module)`` observes them, ``stated(case)`` gives ``{attribute: (value, hint)}``."""
+
+    def judge(case: Any, got: Any, expected: Any, seen: dict) -> None:
+        for attribute, (value, hint) in stated(case).items():
+            mine = seen.get(attribute)
+            zero = f" (0 is a valid {attribute})" if value == 0 and mine is None else ""
+            expect(
+                type(mine) is type(value) and mine == value,
+                f"{name}({', '.join(map(repr, case.build.values()))}): `{attribute}` is "
+                f"{mine!r}, expected {value!r}{zero} (the property violated: constructor "
+                "arguments honoured).",
+                hint,
+            )
+
+    return {"observe": fresh(read, "attributes after __init__"), "judge": judge}
+
+
+def widened(value: Any) -> Any:
+    """``value`` with every floating tensor in float64 (in lists, tuples and dict values)."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.double()
+    if isinstance(value, dict):
+        return {k: widened(v) for k, v in value.items()}
+    return type(value)(map(widened, value)) if isinstance(value, tuple | list) else value
+
+
+def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Callable]:
+    """After ``.double()`` (on a copy) the module computes in float64 on float64 inputs: float64
+    results, the same values as its own in float32 (the reference judges those)."""
+
+    def run(student: Any, case: Any, call: Callable) -> Any:
+        args = widened([case.inputs[p] for p in params if p in case.inputs])
+        return observe(
+            f"{case.what}, the module after .double()",
+            lambda: copy.deepcopy(student).double()(*args),
+        )
+
+    def judge(case: Any, got: Any, expected: Any, seen: Any) -> None:
+        try:
+            expect_result(seen, widened(got), f"{name}.double() on {case.what}", hint)
+        except CheckFailure as failure:
+            raise CheckFailure(
+                f"{failure.message.split(' (the property violated')[0]} (the property "
+                "violated: the module follows .double(); its parameters decide the dtype).",
+                failure.hint,
+            ) from None
+
+    return {"observe": run, "judge": judge}
+
+
+def not_a_known_mistake(
+    mistakes: Callable[[Any, dict], dict[str, torch.Tensor]], violated: str, hint: str | None
+) -> dict:
+    """The result is not one of the known wrong formulas ``mistakes(case, state)`` (``{what
+    the mistake is: its value}``, computed with the module's state dict), which the message
+    then names."""
+
+    def watch(module: Any, case: Any, call_: Callable) -> Any:
+        return observe(f"{case.what}: the state dict", lambda: dict(module.state_dict()))
+
+    def judge(case: Any, got: Any, expected: Any, state: dict) -> None:
+        if not isinstance(got, torch.Tensor):
+            return
+        for mistake, value in mistakes(case, state).items():
+            expect(
+                got.shape != value.shape or not torch.allclose(got, value, **tolerance(got.dtype)),
+                f"on {case.what}: {mistake} (the property violated: {violated}).",
+                hint,
+            )
+
+    return {"observe": watch, "judge": judge}
