@@ -5,6 +5,7 @@ implemented", and each family of wrong answers fails with the mistake named."""
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import pytest
@@ -164,20 +165,6 @@ LORA_WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(LORA_RIGHT))
-def test_lora_right_variant_passes(name):
-    result = nb10.lora_linear(LORA_RIGHT[name], raise_on_failure=False)
-    assert result.passed, (name, result.message)
-
-
-@pytest.mark.parametrize("name", sorted(LORA_WRONG))
-def test_lora_wrong_variant_is_rejected_naming_the_mistake(name):
-    implementation, phrase = LORA_WRONG[name]
-    result = nb10.lora_linear(implementation, raise_on_failure=False)
-    assert result.status == "failed", f"{name} was accepted"
-    assert phrase in result.message, result.message
-
-
 # --- 10.2 ---------------------------------------------------------------------------------------
 
 
@@ -188,13 +175,17 @@ def _replace(model, names, make):
         setattr(owner, child, make(getattr(owner, child)))
 
 
-def add_lora(model, targets, r, alpha, dropout=0.0):
+def _add(layer_class, model, targets, r, alpha, dropout=0.0):
+    """The course's add_lora with ``layer_class`` in place of LoRALinear."""
     model.requires_grad_(False)
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
              and n.split(".")[-1] in targets and not n.startswith("classifier")]
-    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    _replace(model, names, lambda layer: layer_class(layer, r, alpha, dropout))
     model.classifier.requires_grad_(True)
     return model
+
+
+add_lora = functools.partial(_add, LoRALinear)
 
 
 def add_lora_peft_style(model, targets, r, alpha, dropout=0.0):
@@ -234,13 +225,7 @@ def returns_nothing(model, targets, r, alpha, dropout=0.0):
     add_lora(model, targets, r, alpha, dropout)
 
 
-def random_b_in_model(model, targets, r, alpha, dropout=0.0):
-    model.requires_grad_(False)
-    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
-             and n.split(".")[-1] in targets and not n.startswith("classifier")]
-    _replace(model, names, lambda layer: RandomB(layer, r, alpha, dropout))
-    model.classifier.requires_grad_(True)
-    return model
+random_b_in_model = functools.partial(_add, RandomB)
 
 
 def stub(*args, **kwargs):
@@ -255,20 +240,6 @@ ADD_WRONG = {
     "the model not returned": (returns_nothing, "did not return"),
     "B random: the outputs change": (random_b_in_model, "the logits right after it"),
 }
-
-
-@pytest.mark.parametrize("name", sorted(ADD_RIGHT))
-def test_add_lora_right_variant_passes(name):
-    result = nb10.add_lora(ADD_RIGHT[name], raise_on_failure=False)
-    assert result.passed, (name, result.message)
-
-
-@pytest.mark.parametrize("name", sorted(ADD_WRONG))
-def test_add_lora_wrong_variant_is_rejected(name):
-    implementation, phrase = ADD_WRONG[name]
-    result = nb10.add_lora(implementation, raise_on_failure=False)
-    assert result.status == "failed", f"{name} was accepted"
-    assert phrase in result.message, result.message
 
 
 # --- 10.3 ---------------------------------------------------------------------------------------
@@ -332,20 +303,6 @@ MERGE_WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MERGE_RIGHT))
-def test_merge_right_variant_passes(name):
-    result = nb10.merge(*MERGE_RIGHT[name], raise_on_failure=False)
-    assert result.passed, (name, result.message)
-
-
-@pytest.mark.parametrize("name", sorted(MERGE_WRONG))
-def test_merge_wrong_variant_is_rejected(name):
-    implementations, phrase = MERGE_WRONG[name]
-    result = nb10.merge(*implementations, raise_on_failure=False)
-    assert result.status == "failed", f"{name} was accepted"
-    assert phrase in result.message, result.message
-
-
 # --- 10.4 ---------------------------------------------------------------------------------------
 
 
@@ -372,17 +329,38 @@ STATE_WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(STATE_RIGHT))
-def test_state_right_variant_passes(name):
-    result = nb10.optimizer_state_bytes(STATE_RIGHT[name], raise_on_failure=False)
-    assert result.passed, (name, result.message)
+# --- every exercise: its right variants pass, its wrong ones fail naming the mistake -------------
+
+# Each check with its right variants and its wrong ones (each with the phrase its message must
+# contain); a tuple holds the several functions one check takes (merge and unmerge).
+EXERCISES = {
+    "10.1": (nb10.lora_linear, LORA_RIGHT, LORA_WRONG),
+    "10.2": (nb10.add_lora, ADD_RIGHT, ADD_WRONG),
+    "10.3": (nb10.merge, MERGE_RIGHT, MERGE_WRONG),
+    "10.4": (nb10.optimizer_state_bytes, STATE_RIGHT, STATE_WRONG),
+}
 
 
-@pytest.mark.parametrize("name", sorted(STATE_WRONG))
-def test_state_wrong_variant_is_rejected(name):
-    implementation, phrase = STATE_WRONG[name]
-    result = nb10.optimizer_state_bytes(implementation, raise_on_failure=False)
-    assert result.status == "failed", f"{name} was accepted"
+def _judge(check, implementation):
+    arguments = implementation if isinstance(implementation, tuple) else (implementation,)
+    return check(*arguments, raise_on_failure=False)
+
+
+@pytest.mark.parametrize(("exercise", "name"), [
+    (exercise, name) for exercise, (_, right, _) in EXERCISES.items() for name in sorted(right)])
+def test_right_variant_passes(exercise, name):
+    check, right, _ = EXERCISES[exercise]
+    result = _judge(check, right[name])
+    assert result.passed, (exercise, name, result.message)
+
+
+@pytest.mark.parametrize(("exercise", "name"), [
+    (exercise, name) for exercise, (_, _, wrong) in EXERCISES.items() for name in sorted(wrong)])
+def test_wrong_variant_is_rejected_naming_the_mistake(exercise, name):
+    check, _, wrong = EXERCISES[exercise]
+    implementation, phrase = wrong[name]
+    result = _judge(check, implementation)
+    assert result.status == "failed", f"{exercise}: {name} was accepted"
     assert phrase in result.message, result.message
 
 
