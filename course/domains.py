@@ -8,7 +8,7 @@ A spec's ``domains`` maps an argument to what the exercise text allows for it:
   equal to the threshold). Every end and tie is drawn, then ``interior`` values between them;
 * :class:`Tensors`: the layouts a caller may pass (a non-contiguous view, a transposed view, an
   expanded view: the same values, other strides) and the magnitudes the text allows (the worked
-  example's tensor scaled);
+  example's tensor scaled, or shifted by a constant beyond 1e4 where the result ignores one);
 * :class:`Masks`: the mask kinds the text accepts beside the worked example's boolean mask (an
   additive float mask of 0 and -inf, as attention adds it to the scores).
 
@@ -92,10 +92,13 @@ def relaid(tensor: torch.Tensor, layout: str) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class Tensors:
     """A tensor argument: the layouts the text allows (every layout, unless it says
-    "contiguous") and the magnitudes (``scales`` of the worked example's floating tensor)."""
+    "contiguous") and the magnitudes (``scales`` of the worked example's floating tensor, and
+    ``shifts`` added to every entry where the text's result ignores a constant: softmax; in
+    float64, which holds such values to the worked example's precision)."""
 
     layouts: tuple[str, ...] = ("strided", "transposed")
     scales: tuple[float, ...] = ()
+    shifts: tuple[float, ...] = ()
     hint: str | None = None
 
 
@@ -154,6 +157,12 @@ def draw(
             ]
             if value.is_floating_point():
                 moved += [(value * s, f"`{name}` scaled by {s:g}") for s in domain.scales]
+                moved += [
+                    (value.double() + s, f"`{name}` in float64 with {s:g} added to every entry "
+                     "(values beyond 1e4 in size, which the text allows: a clamp there changes "
+                     "the result)")
+                    for s in domain.shifts
+                ]  # fmt: skip
         else:
             continue
         for new, why in moved:

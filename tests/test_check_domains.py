@@ -498,3 +498,74 @@ def test_the_right_word_predictions_pass():
     from course.checks import nb07
 
     assert nb07.word_predictions(_words_first_piece, raise_on_failure=False).passed
+
+
+# --- issue 39, family 2: magnitudes the text allows (Tensors.shifts: a constant softmax ignores)
+
+
+def _stable(x, dim=-1):
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    return shifted.exp() / shifted.exp().sum(dim=dim, keepdim=True)
+
+
+def _threshold(top):
+    """An apply_threshold whose confidences and predictions come from ``top(logits)``."""
+
+    def apply_threshold(logits, threshold, oos_id):
+        confidence, prediction = top(logits)
+        oos = torch.full_like(prediction, oos_id)
+        return torch.where(confidence >= threshold, prediction, oos)
+
+    return apply_threshold
+
+
+def _top_by_shift(logits):
+    """The top probability as 1 / sum(exp(x - max)), its class the argmax."""
+    return 1 / (logits - logits.amax(-1, keepdim=True)).exp().sum(-1), logits.argmax(-1)
+
+
+MAGNITUDES_WRONG = {  # (check, wrong answer); OLD_PASSED: those main let through
+    "0.1 clamps both ends at 1e4": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(-1e4, 1e4), dim)),
+    "0.1 clamps only from below (-1e4)": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(min=-1e4), dim)),
+    "0.1 clamps only from above (1e4)": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(max=1e4), dim)),
+    "8.2 clamps the logits at 1e4": (
+        "nb08.apply_threshold", _threshold(lambda z: z.clamp(-1e4, 1e4).softmax(-1).max(-1))),
+    "8.2 clamps the logits from below": (
+        "nb08.apply_threshold", _threshold(lambda z: z.clamp(min=-1e4).softmax(-1).max(-1))),
+}  # fmt: skip
+OLD_PASSED = set(MAGNITUDES_WRONG)
+MAGNITUDES_RIGHT = {
+    "0.1 log-sum-exp": ("nb00.softmax", softmax_by_logsumexp_any_layout),
+    "0.1 in float64, cast back": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.double(), dim).to(x.dtype)),
+    "8.2 torch.softmax": ("nb08.apply_threshold", _threshold(lambda z: z.softmax(-1).max(-1))),
+    "8.2 log_softmax, then exp": (
+        "nb08.apply_threshold", _threshold(lambda z: z.log_softmax(-1).exp().max(-1))),
+    "8.2 the top probability as 1 / sum exp(x - max)": (
+        "nb08.apply_threshold", _threshold(_top_by_shift)),
+}  # fmt: skip
+
+
+def _run(path, answer):
+    import importlib
+
+    module, name = path.split(".")
+    check = getattr(importlib.import_module(f"course.checks.{module}"), name)
+    return check(answer, raise_on_failure=False)
+
+
+@pytest.mark.parametrize("name", sorted(MAGNITUDES_WRONG))
+def test_a_clamp_fails_on_the_sizes_the_text_allows(name):
+    result = _run(*MAGNITUDES_WRONG[name])
+    assert not result.passed
+    assert "added to every entry" in result.message and "a clamp there" in result.message, (
+        result.message
+    )
+
+
+@pytest.mark.parametrize("name", sorted(MAGNITUDES_RIGHT))
+def test_stable_answers_pass_at_every_size(name):
+    assert _run(*MAGNITUDES_RIGHT[name]).passed
