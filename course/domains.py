@@ -100,6 +100,7 @@ class Tensors:
     scales: tuple[float, ...] = ()
     shifts: tuple[float, ...] = ()
     hint: str | None = None
+    base: Callable[[Mapping[str, Any]], bool] | None = None  # which case to move (else the first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +118,14 @@ def additive(mask: torch.Tensor) -> torch.Tensor:
 
 
 Domain = Numbers | Tensors | Masks
+
+
+def _beyond(tensor: torch.Tensor) -> str:
+    """Why a scaled tensor is drawn, where it reaches sizes a clamp or a -1e4 fill changes."""
+    if tensor.abs().max() <= 1e4:
+        return ""
+    return (" (entries beyond 1e4 in size, which the text allows: a clamp, or -1e4 in place of "
+            "-inf for a blocked score, changes the result)")  # fmt: skip
 
 
 def draw(
@@ -156,7 +165,8 @@ def draw(
                 if relaid(value, lay) is not value
             ]
             if value.is_floating_point():
-                moved += [(value * s, f"`{name}` scaled by {s:g}") for s in domain.scales]
+                moved += [(value * s, f"`{name}` scaled by {s:g}{_beyond(value * s)}")
+                          for s in domain.scales]  # fmt: skip
                 moved += [
                     (value.double() + s, f"`{name}` in float64 with {s:g} added to every entry "
                      "(values beyond 1e4 in size, which the text allows: a clamp there changes "

@@ -524,19 +524,62 @@ def _top_by_shift(logits):
     return 1 / (logits - logits.amax(-1, keepdim=True)).exp().sum(-1), logits.argmax(-1)
 
 
-MAGNITUDES_WRONG = {  # (check, wrong answer); OLD_PASSED: those main let through
+def _attention(fill=float("-inf"), add_float_masks=True):
+    """Attention that blocks a boolean mask's False keys with ``fill`` and gives a fully
+    masked row zero weights; with ``add_float_masks=False`` it handles boolean masks only."""
+
+    def scaled_dot_product_attention(query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+        if mask is not None and mask.dtype == torch.bool:
+            scores = torch.where(mask, scores, torch.full_like(scores, fill))
+        elif mask is not None:
+            scores = scores + mask
+        weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+        if mask is not None and mask.dtype == torch.bool:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        return weights @ value, weights
+
+    return scaled_dot_product_attention
+
+
+def _bert_style_attention(query, key, value, mask=None):
+    """A boolean mask turned into an additive one with -10000 for blocked keys."""
+    if mask is None or mask.dtype != torch.bool:
+        return _attention()(query, key, value, mask)
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+    weights = (scores + (1.0 - mask.to(scores.dtype)) * -10000.0).softmax(-1)
+    weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ value, weights
+
+
+def _fused_attention(query, key, value, mask=None):
+    """torch's fused attention (it takes both mask kinds); the weights through identity values."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    eye = torch.eye(key.size(-2), dtype=key.dtype, device=key.device).expand(
+        *key.shape[:-1], key.size(-2)
+    )
+    out, weights = sdpa(query, key, value, attn_mask=mask), sdpa(query, key, eye, attn_mask=mask)
+    return out.nan_to_num(0.0), weights.nan_to_num(0.0)
+
+
+CLAMP, FILL = "a clamp there", "-1e4 in place of -inf for a blocked score"
+MAGNITUDES_WRONG = {  # (check, wrong answer, what the message says); all passed on main
     "0.1 clamps both ends at 1e4": (
-        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(-1e4, 1e4), dim)),
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(-1e4, 1e4), dim), CLAMP),
     "0.1 clamps only from below (-1e4)": (
-        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(min=-1e4), dim)),
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(min=-1e4), dim), CLAMP),
     "0.1 clamps only from above (1e4)": (
-        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(max=1e4), dim)),
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(max=1e4), dim), CLAMP),
     "8.2 clamps the logits at 1e4": (
-        "nb08.apply_threshold", _threshold(lambda z: z.clamp(-1e4, 1e4).softmax(-1).max(-1))),
+        "nb08.apply_threshold", _threshold(lambda z: z.clamp(-1e4, 1e4).softmax(-1).max(-1)),
+        CLAMP),
     "8.2 clamps the logits from below": (
-        "nb08.apply_threshold", _threshold(lambda z: z.clamp(min=-1e4).softmax(-1).max(-1))),
+        "nb08.apply_threshold", _threshold(lambda z: z.clamp(min=-1e4).softmax(-1).max(-1)),
+        CLAMP),
+    "2.1 blocks with -1e4": ("nb02.scaled_dot_product_attention", _attention(-1e4), FILL),
+    "2.1 adds (1 - mask) * -10000, as early BERT code did": (
+        "nb02.scaled_dot_product_attention", _bert_style_attention, FILL),
 }  # fmt: skip
-OLD_PASSED = set(MAGNITUDES_WRONG)
 MAGNITUDES_RIGHT = {
     "0.1 log-sum-exp": ("nb00.softmax", softmax_by_logsumexp_any_layout),
     "0.1 in float64, cast back": (
@@ -546,6 +589,8 @@ MAGNITUDES_RIGHT = {
         "nb08.apply_threshold", _threshold(lambda z: z.log_softmax(-1).exp().max(-1))),
     "8.2 the top probability as 1 / sum exp(x - max)": (
         "nb08.apply_threshold", _threshold(_top_by_shift)),
+    "2.1 torch.where(mask, scores, -inf)": ("nb02.scaled_dot_product_attention", _attention()),
+    "2.1 torch's fused attention": ("nb02.scaled_dot_product_attention", _fused_attention),
 }  # fmt: skip
 
 
@@ -558,12 +603,10 @@ def _run(path, answer):
 
 
 @pytest.mark.parametrize("name", sorted(MAGNITUDES_WRONG))
-def test_a_clamp_fails_on_the_sizes_the_text_allows(name):
-    result = _run(*MAGNITUDES_WRONG[name])
-    assert not result.passed
-    assert "added to every entry" in result.message and "a clamp there" in result.message, (
-        result.message
-    )
+def test_a_clamp_or_a_finite_fill_fails_on_the_sizes_the_text_allows(name):
+    path, answer, phrase = MAGNITUDES_WRONG[name]
+    result = _run(path, answer)
+    assert not result.passed and phrase in result.message, result.message
 
 
 @pytest.mark.parametrize("name", sorted(MAGNITUDES_RIGHT))

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
-from course.domains import Masks
+from course.domains import Masks, Tensors
 from course.properties import attention, generator, large_scores
 from course.spec import (
     DEFAULTS,
@@ -127,11 +127,21 @@ def _attention_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def _causal(inputs: dict[str, Any]) -> bool:
+    """The case to scale: a square boolean mask (causal), whose row 0 allows one key alone, so
+    that one of the two signs makes its score the lowest and a finite fill for the others wins."""
+    mask = inputs.get("mask")
+    square = isinstance(mask, torch.Tensor) and mask.size(-1) == mask.size(-2)
+    return square and mask.dtype == torch.bool
+
+
 scaled_dot_product_attention = check(Spec(
     exercise="Exercise 2.1", title="scaled dot-product attention",
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
+    domains={"query": Tensors(layouts=(), scales=(1e5, -1e5), base=_causal)},  # "of any size"
+    by_name=False,  # public code names them q, k, v; the course calls it positionally
     properties=(
         Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
     ),
