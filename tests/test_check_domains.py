@@ -562,6 +562,28 @@ def _fused_attention(query, key, value, mask=None):
     return out.nan_to_num(0.0), weights.nan_to_num(0.0)
 
 
+class SelfAttentionFillsMinus1e4(_Projections):
+    """Blocks a boolean mask's keys itself, with -1e4 (a float mask is added)."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None and mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, -1e4)
+        elif mask is not None:
+            scores = scores + mask
+        return self.attend(scores, v)
+
+
+class SelfAttentionAddsMinus1e4(_Projections):
+    """Turns a boolean mask into an additive one with -10000 where blocked."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None and mask.dtype == torch.bool:
+            mask = (~mask).to(scores.dtype) * -10000.0
+        return self.attend(scores if mask is None else scores + mask, v)
+
+
 CLAMP, FILL = "a clamp there", "-1e4 in place of -inf for a blocked score"
 MAGNITUDES_WRONG = {  # (check, wrong answer, what the message says); all passed on main
     "0.1 clamps both ends at 1e4": (
@@ -579,6 +601,10 @@ MAGNITUDES_WRONG = {  # (check, wrong answer, what the message says); all passed
     "2.1 blocks with -1e4": ("nb02.scaled_dot_product_attention", _attention(-1e4), FILL),
     "2.1 adds (1 - mask) * -10000, as early BERT code did": (
         "nb02.scaled_dot_product_attention", _bert_style_attention, FILL),
+    "2.4 blocks with -1e4 itself": (
+        "nb02.self_attention", SelfAttentionFillsMinus1e4, "blocks with a finite number"),
+    "2.4 adds (~mask) * -10000": (
+        "nb02.self_attention", SelfAttentionAddsMinus1e4, "blocks with a finite number"),
 }  # fmt: skip
 MAGNITUDES_RIGHT = {
     "0.1 log-sum-exp": ("nb00.softmax", softmax_by_logsumexp_any_layout),
