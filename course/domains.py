@@ -112,6 +112,15 @@ class Masks:
     hint: str | None = None
 
 
+def causal_case(inputs: Mapping[str, Any]) -> bool:
+    """A ``base`` for attention: the case whose mask is square and boolean (causal). Its row 0
+    allows one key alone, so that a score scaled by a large number of either sign is the lowest
+    of its row there, where a finite fill for the blocked keys would win."""
+    mask = inputs.get("mask")
+    square = isinstance(mask, torch.Tensor) and mask.size(-1) == mask.size(-2)
+    return square and mask.dtype == torch.bool
+
+
 def additive(mask: torch.Tensor) -> torch.Tensor:
     """A boolean mask (True = may attend) as the float mask attention adds to its scores."""
     return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
@@ -126,6 +135,12 @@ def _beyond(tensor: torch.Tensor) -> str:
         return ""
     return (" (entries beyond 1e4 in size, which the text allows: a clamp, or -1e4 in place of "
             "-inf for a blocked score, changes the result)")  # fmt: skip
+
+
+def _copied(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The base case's inputs, tensors copied: code that changes one in place (a mistake the
+    runner names) must not reach a drawn case, whose replay then sees other inputs."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 def draw(
@@ -180,7 +195,7 @@ def draw(
                 dataclasses.replace(
                     base,
                     what=f"{base.what}, but with {why}",
-                    inputs={**base.inputs, name: new},
+                    inputs={**_copied(base.inputs), name: new},
                     hint=domain.hint or base.hint,
                     grad=False,
                     device=False,

@@ -584,6 +584,34 @@ class SelfAttentionAddsMinus1e4(_Projections):
         return self.attend(scores if mask is None else scores + mask, v)
 
 
+class HeadsFillMinus1e4(MultiHeadAttention):
+    """Its own attention over the heads, blocking with -1e4."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            w(t).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+            for t, w in ((query, self.w_q), (key, self.w_k), (value, self.w_v))
+        )
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            scores = scores.masked_fill(~mask, -1e4)
+        weights = scores.softmax(-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        out = (self.dropout(weights) @ v).transpose(1, 2).flatten(2)
+        return self.w_o(out), weights
+
+
+class HeadsAddMinus1e4(MultiHeadAttention):
+    """Hands 2.1 an additive mask of -10000 where the boolean one blocks."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            mask = (~mask).to(query.dtype) * -10000.0
+        return super().forward(query, key, value, mask)
+
+
 CLAMP, FILL = "a clamp there", "-1e4 in place of -inf for a blocked score"
 MAGNITUDES_WRONG = {  # (check, wrong answer, what the message says); all passed on main
     "0.1 clamps both ends at 1e4": (
@@ -605,6 +633,10 @@ MAGNITUDES_WRONG = {  # (check, wrong answer, what the message says); all passed
         "nb02.self_attention", SelfAttentionFillsMinus1e4, "blocks with a finite number"),
     "2.4 adds (~mask) * -10000": (
         "nb02.self_attention", SelfAttentionAddsMinus1e4, "blocks with a finite number"),
+    "3.2 blocks with -1e4 in its own attention": (
+        "nb03.multi_head_attention", HeadsFillMinus1e4, FILL),
+    "3.2 hands 2.1 an additive mask of -10000": (
+        "nb03.multi_head_attention", HeadsAddMinus1e4, FILL),
 }  # fmt: skip
 MAGNITUDES_RIGHT = {
     "0.1 log-sum-exp": ("nb00.softmax", softmax_by_logsumexp_any_layout),

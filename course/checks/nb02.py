@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
-from course.domains import Masks, Tensors
+from course.domains import Masks, Tensors, causal_case
 from course.properties import attention, generator, large_scores
 from course.spec import (
     DEFAULTS,
@@ -127,20 +127,12 @@ def _attention_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _causal(inputs: dict[str, Any]) -> bool:
-    """The case to scale: a square boolean mask (causal), whose row 0 allows one key alone, so
-    that one of the two signs makes its score the lowest and a finite fill for the others wins."""
-    mask = inputs.get("mask")
-    square = isinstance(mask, torch.Tensor) and mask.size(-1) == mask.size(-2)
-    return square and mask.dtype == torch.bool
-
-
 scaled_dot_product_attention = check(Spec(
     exercise="Exercise 2.1", title="scaled dot-product attention",
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
-    domains={"query": Tensors(layouts=(), scales=(1e5, -1e5), base=_causal)},  # "of any size"
+    domains={"query": Tensors(layouts=(), scales=(1e5, -1e5), base=causal_case)},  # "of any size"
     by_name=False,  # public code names them q, k, v; the course calls it positionally
     properties=(
         Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
@@ -233,7 +225,7 @@ self_attention = check(ModuleSpec(
                     Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
     parameters=_layers, reference=_self_attention, gradients=("x",), output=lambda r: r[0],
     domains={"mask": Masks(hint=MASK_KINDS),  # "passes the mask to your sdp attention": 2.1's
-             "x": Tensors(layouts=(), scales=(1e3,), base=_causal, hint=HUGE_SCORES)},
+             "x": Tensors(layouts=(), scales=(1e3,), base=causal_case, hint=HUGE_SCORES)},
     hint="The exercise text gives the formula: queries, keys and values are three projections of "
     "x, scaled by sqrt(d_k) of the projections; the output goes through w_o.",
     properties=(
