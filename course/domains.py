@@ -9,6 +9,7 @@ A spec's ``domains`` maps an argument to what the exercise text allows for it:
 * :class:`Tensors`: the layouts a caller may pass (a non-contiguous view, a transposed view, an
   expanded view: the same values, other strides) and the magnitudes the text allows (the worked
   example's tensor scaled, or shifted by a constant beyond 1e4 where the result ignores one);
+* :class:`Texts`: a word's accented letters precomposed and decomposed (NFC, NFD);
 * :class:`Masks`: the mask kinds the text accepts beside the worked example's boolean mask (an
   additive float mask of 0 and -inf, as attention adds it to the scores).
 
@@ -21,6 +22,7 @@ replay draws the same inputs; nothing here reads the student's results.
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -112,6 +114,21 @@ class Masks:
     hint: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Texts:
+    """A text argument: its accented characters precomposed (NFC: one character) and
+    decomposed (NFD: a letter and a combining accent), two spellings of one word in Unicode."""
+
+    forms: tuple[str, ...] = ("NFC", "NFD")
+    hint: str | None = None
+    base: Callable[[Mapping[str, Any]], bool] | None = None  # which case to move (else the first)
+
+
+FORMS = {"NFC": "precomposed (NFC: an accented letter is one character)",
+         "NFD": "decomposed (NFD: an accented letter is two characters, the letter and a "
+                "combining accent)"}  # fmt: skip
+
+
 def causal_case(inputs: Mapping[str, Any]) -> bool:
     """A ``base`` for attention: the case whose mask is square and boolean (causal). Its row 0
     allows one key alone, so that a score scaled by a large number of either sign is the lowest
@@ -126,7 +143,7 @@ def additive(mask: torch.Tensor) -> torch.Tensor:
     return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
 
 
-Domain = Numbers | Tensors | Masks
+Domain = Numbers | Tensors | Masks | Texts
 
 
 def _beyond(tensor: torch.Tensor) -> str:
@@ -173,6 +190,12 @@ def draw(
                 for kind in domain.kinds
                 if kind == "additive" and value.dtype == torch.bool
             ]  # fmt: skip
+        elif isinstance(domain, Texts) and isinstance(value, str):
+            moved = [
+                (unicodedata.normalize(form, value), f"`{name}` {FORMS[form]}")
+                for form in domain.forms
+                if unicodedata.normalize(form, value) != value
+            ]
         elif isinstance(value, torch.Tensor):
             moved = [
                 (relaid(value, lay), f"`{name}` as {LAYOUTS[lay]}")

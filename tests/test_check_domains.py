@@ -670,3 +670,44 @@ def test_a_clamp_or_a_finite_fill_fails_on_the_sizes_the_text_allows(name):
 @pytest.mark.parametrize("name", sorted(MAGNITUDES_RIGHT))
 def test_stable_answers_pass_at_every_size(name):
     assert _run(*MAGNITUDES_RIGHT[name]).passed
+
+
+# --- issue 39, family 2: accents, precomposed and decomposed (course.domains.Texts) ---------
+
+
+def _spelled(word, merges):
+    symbols = (*word[:-1], word[-1] + "</w>")
+    for pair in merges:
+        merged, i = [], 0
+        while i < len(symbols):
+            if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+                merged, i = [*merged, symbols[i] + symbols[i + 1]], i + 2
+            else:
+                merged, i = [*merged, symbols[i]], i + 1
+        symbols = tuple(merged)
+    return list(symbols)
+
+
+def encode_composed_first(word, merges):
+    """Composes the word first (NFC), "so that é is always one symbol"."""
+    import unicodedata
+
+    return _spelled(unicodedata.normalize("NFC", word), merges)
+
+
+def encode_by_regex(word, merges):
+    """Right: the symbols joined by spaces, each merge a regex on whole symbols."""
+    import re
+
+    text = " ".join((*word[:-1], word[-1] + "</w>"))
+    for a, b in merges:
+        text = re.sub(rf"(?<!\S){re.escape(a)} {re.escape(b)}(?!\S)", a + b, text)
+    return text.split(" ")
+
+
+def test_a_decomposed_accent_is_drawn():
+    result = nb01.bpe_encode(encode_composed_first, raise_on_failure=False)
+    assert not result.passed  # main let it through: its one accented word was precomposed
+    assert "decomposed (NFD: an accented letter is two characters" in result.message
+    for right in (_spelled, encode_by_regex):
+        assert nb01.bpe_encode(right, raise_on_failure=False).passed
