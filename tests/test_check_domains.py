@@ -1,8 +1,8 @@
 """Issue 39, families 1 and 2: inputs drawn from each argument's declared domain (its ends, its
-default in the defaults form, other layouts, magnitudes beyond 1e4 and accents precomposed and
-decomposed: course/domains.py). Each wrong answer
-below breaks a sentence of its exercise's text only on a drawn input (the hand-written tables let
-them through before the domains existed); each right one is another legitimate style."""
+default in the defaults form, other layouts, magnitudes beyond 1e4, accents precomposed and
+decomposed: course/domains.py). Each wrong answer below breaks a sentence of its exercise's text
+only on a drawn input (the hand-written tables let them through before the domains existed);
+each right one is another legitimate style."""
 
 from __future__ import annotations
 
