@@ -8,7 +8,8 @@ A spec's ``domains`` maps an argument to what the exercise text allows for it:
   equal to the threshold). Every end and tie is drawn, then ``interior`` values between them;
 * :class:`Tensors`: the layouts a caller may pass (a non-contiguous view, a transposed view, an
   expanded view: the same values, other strides) and the magnitudes the text allows (the worked
-  example's tensor scaled);
+  example's tensor scaled, or shifted by a constant beyond 1e4 where the result ignores one);
+* :class:`Texts`: a word's accented letters precomposed and decomposed (NFC, NFD);
 * :class:`Masks`: the mask kinds the text accepts beside the worked example's boolean mask (an
   additive float mask of 0 and -inf, as attention adds it to the scores).
 
@@ -21,6 +22,7 @@ replay draws the same inputs; nothing here reads the student's results.
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -92,11 +94,15 @@ def relaid(tensor: torch.Tensor, layout: str) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class Tensors:
     """A tensor argument: the layouts the text allows (every layout, unless it says
-    "contiguous") and the magnitudes (``scales`` of the worked example's floating tensor)."""
+    "contiguous") and the magnitudes (``scales`` of the worked example's floating tensor, and
+    ``shifts`` added to every entry where the text's result ignores a constant: softmax; in
+    float64, which holds such values to the worked example's precision)."""
 
     layouts: tuple[str, ...] = ("strided", "transposed")
     scales: tuple[float, ...] = ()
+    shifts: tuple[float, ...] = ()
     hint: str | None = None
+    base: Callable[[Mapping[str, Any]], bool] | None = None  # which case to move (else the first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,12 +114,50 @@ class Masks:
     hint: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Texts:
+    """A text argument: its accented characters precomposed (NFC: one character) and
+    decomposed (NFD: a letter and a combining accent), two spellings of one word in Unicode."""
+
+    forms: tuple[str, ...] = ("NFC", "NFD")
+    hint: str | None = None
+    base: Callable[[Mapping[str, Any]], bool] | None = None  # which case to move (else the first)
+
+
+FORMS = {"NFC": "precomposed (NFC: an accented letter is one character)",
+         "NFD": "decomposed (NFD: an accented letter is two characters, the letter and a "
+                "combining accent)"}  # fmt: skip
+
+
+def causal_case(inputs: Mapping[str, Any]) -> bool:
+    """A ``base`` for attention: the case whose mask is square and boolean (causal). Its row 0
+    allows one key alone, so that a score scaled by a large number of either sign is the lowest
+    of its row there, where a finite fill for the blocked keys would win."""
+    mask = inputs.get("mask")
+    square = isinstance(mask, torch.Tensor) and mask.size(-1) == mask.size(-2)
+    return square and mask.dtype == torch.bool
+
+
 def additive(mask: torch.Tensor) -> torch.Tensor:
     """A boolean mask (True = may attend) as the float mask attention adds to its scores."""
     return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
 
 
-Domain = Numbers | Tensors | Masks
+Domain = Numbers | Tensors | Masks | Texts
+
+
+def _beyond(tensor: torch.Tensor) -> str:
+    """Why a scaled tensor is drawn, where it reaches sizes a clamp or a -1e4 fill changes."""
+    if tensor.abs().max() <= 1e4:
+        return ""
+    return (" (entries beyond 1e4 in size, which the text allows: a clamp, or -1e4 in place of "
+            "-inf for a blocked score, changes the result)")  # fmt: skip
+
+
+def _copied(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The base case's inputs, tensors copied: code that changes one in place (a mistake the
+    runner names) must not reach a drawn case, whose replay then sees other inputs."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 def draw(
@@ -146,6 +190,12 @@ def draw(
                 for kind in domain.kinds
                 if kind == "additive" and value.dtype == torch.bool
             ]  # fmt: skip
+        elif isinstance(domain, Texts) and isinstance(value, str):
+            moved = [
+                (unicodedata.normalize(form, value), f"`{name}` {FORMS[form]}")
+                for form in domain.forms
+                if unicodedata.normalize(form, value) != value
+            ]
         elif isinstance(value, torch.Tensor):
             moved = [
                 (relaid(value, lay), f"`{name}` as {LAYOUTS[lay]}")
@@ -153,7 +203,14 @@ def draw(
                 if relaid(value, lay) is not value
             ]
             if value.is_floating_point():
-                moved += [(value * s, f"`{name}` scaled by {s:g}") for s in domain.scales]
+                moved += [(value * s, f"`{name}` scaled by {s:g}{_beyond(value * s)}")
+                          for s in domain.scales]  # fmt: skip
+                moved += [
+                    (value.double() + s, f"`{name}` in float64 with {s:g} added to every entry "
+                     "(values beyond 1e4 in size, which the text allows: a clamp there changes "
+                     "the result)")
+                    for s in domain.shifts
+                ]  # fmt: skip
         else:
             continue
         for new, why in moved:
@@ -161,7 +218,7 @@ def draw(
                 dataclasses.replace(
                     base,
                     what=f"{base.what}, but with {why}",
-                    inputs={**base.inputs, name: new},
+                    inputs={**_copied(base.inputs), name: new},
                     hint=domain.hint or base.hint,
                     grad=False,
                     device=False,

@@ -122,6 +122,7 @@ class Spec:
     seed: int = 0
     forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.forbidden
     domains: Mapping[str, Domain] = field(default_factory=dict)  # course.domains: drawn inputs
+    by_name: bool = True  # drawn inputs also go by name (not where the course never names them)
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,8 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     written = list(spec.cases())
     cases = written + draw(written, spec.domains, spec.defaults)
     only = spec.keyword_only
-    drawn = (*spec.forms, *(f for f in (KEYWORD, DEFAULTS) if f not in spec.forms))
+    added = (KEYWORD, DEFAULTS) if spec.by_name else ()  # DEFAULTS names the rest
+    drawn = (*spec.forms, *(f for f in added if f not in spec.forms))
     forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
     earlier = (
         _first_pass(spec.name, student, spec, cases, forms, spec.mutable)

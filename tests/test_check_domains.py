@@ -1,7 +1,8 @@
 """Issue 39, families 1 and 2: inputs drawn from each argument's declared domain (its ends, its
-default in the defaults form, other layouts and magnitudes: course/domains.py). Each wrong answer
-below breaks a sentence of its exercise's text only on a drawn input (the hand-written tables let
-them through before the domains existed); each right one is another legitimate style."""
+default in the defaults form, other layouts, magnitudes beyond 1e4, accents precomposed and
+decomposed: course/domains.py). Each wrong answer below breaks a sentence of its exercise's text
+only on a drawn input (the hand-written tables let them through before the domains existed);
+each right one is another legitimate style."""
 
 from __future__ import annotations
 
@@ -498,3 +499,216 @@ def test_the_right_word_predictions_pass():
     from course.checks import nb07
 
     assert nb07.word_predictions(_words_first_piece, raise_on_failure=False).passed
+
+
+# --- issue 39, family 2: magnitudes the text allows (Tensors.shifts: a constant softmax ignores)
+
+
+def _stable(x, dim=-1):
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    return shifted.exp() / shifted.exp().sum(dim=dim, keepdim=True)
+
+
+def _threshold(top):
+    """An apply_threshold whose confidences and predictions come from ``top(logits)``."""
+
+    def apply_threshold(logits, threshold, oos_id):
+        confidence, prediction = top(logits)
+        oos = torch.full_like(prediction, oos_id)
+        return torch.where(confidence >= threshold, prediction, oos)
+
+    return apply_threshold
+
+
+def _top_by_shift(logits):
+    """The top probability as 1 / sum(exp(x - max)), its class the argmax."""
+    return 1 / (logits - logits.amax(-1, keepdim=True)).exp().sum(-1), logits.argmax(-1)
+
+
+def _attention(fill=float("-inf"), add_float_masks=True):
+    """Attention that blocks a boolean mask's False keys with ``fill`` and gives a fully
+    masked row zero weights; with ``add_float_masks=False`` it handles boolean masks only."""
+
+    def scaled_dot_product_attention(query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+        if mask is not None and mask.dtype == torch.bool:
+            scores = torch.where(mask, scores, torch.full_like(scores, fill))
+        elif mask is not None:
+            scores = scores + mask
+        weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+        if mask is not None and mask.dtype == torch.bool:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        return weights @ value, weights
+
+    return scaled_dot_product_attention
+
+
+def _bert_style_attention(query, key, value, mask=None):
+    """A boolean mask turned into an additive one with -10000 for blocked keys."""
+    if mask is None or mask.dtype != torch.bool:
+        return _attention()(query, key, value, mask)
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+    weights = (scores + (1.0 - mask.to(scores.dtype)) * -10000.0).softmax(-1)
+    weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ value, weights
+
+
+def _fused_attention(query, key, value, mask=None):
+    """torch's fused attention (it takes both mask kinds); the weights through identity values."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    eye = torch.eye(key.size(-2), dtype=key.dtype, device=key.device).expand(
+        *key.shape[:-1], key.size(-2)
+    )
+    out, weights = sdpa(query, key, value, attn_mask=mask), sdpa(query, key, eye, attn_mask=mask)
+    return out.nan_to_num(0.0), weights.nan_to_num(0.0)
+
+
+class SelfAttentionFillsMinus1e4(_Projections):
+    """Blocks a boolean mask's keys itself, with -1e4 (a float mask is added)."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None and mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, -1e4)
+        elif mask is not None:
+            scores = scores + mask
+        return self.attend(scores, v)
+
+
+class SelfAttentionAddsMinus1e4(_Projections):
+    """Turns a boolean mask into an additive one with -10000 where blocked."""
+
+    def forward(self, x, mask=None):
+        scores, v = self.scores(x)
+        if mask is not None and mask.dtype == torch.bool:
+            mask = (~mask).to(scores.dtype) * -10000.0
+        return self.attend(scores if mask is None else scores + mask, v)
+
+
+class HeadsFillMinus1e4(MultiHeadAttention):
+    """Its own attention over the heads, blocking with -1e4."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (
+            w(t).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+            for t, w in ((query, self.w_q), (key, self.w_k), (value, self.w_v))
+        )
+        scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+        if mask is not None:
+            mask = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            scores = scores.masked_fill(~mask, -1e4)
+        weights = scores.softmax(-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        out = (self.dropout(weights) @ v).transpose(1, 2).flatten(2)
+        return self.w_o(out), weights
+
+
+class HeadsAddMinus1e4(MultiHeadAttention):
+    """Hands 2.1 an additive mask of -10000 where the boolean one blocks."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None:
+            mask = (~mask).to(query.dtype) * -10000.0
+        return super().forward(query, key, value, mask)
+
+
+CLAMP, FILL = "a clamp there", "-1e4 in place of -inf for a blocked score"
+MAGNITUDES_WRONG = {  # (check, wrong answer, what the message says); all passed on main
+    "0.1 clamps both ends at 1e4": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(-1e4, 1e4), dim), CLAMP),
+    "0.1 clamps only from below (-1e4)": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(min=-1e4), dim), CLAMP),
+    "0.1 clamps only from above (1e4)": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.clamp(max=1e4), dim), CLAMP),
+    "8.2 clamps the logits at 1e4": (
+        "nb08.apply_threshold", _threshold(lambda z: z.clamp(-1e4, 1e4).softmax(-1).max(-1)),
+        CLAMP),
+    "8.2 clamps the logits from below": (
+        "nb08.apply_threshold", _threshold(lambda z: z.clamp(min=-1e4).softmax(-1).max(-1)),
+        CLAMP),
+    "2.1 blocks with -1e4": ("nb02.scaled_dot_product_attention", _attention(-1e4), FILL),
+    "2.1 adds (1 - mask) * -10000, as early BERT code did": (
+        "nb02.scaled_dot_product_attention", _bert_style_attention, FILL),
+    "2.4 blocks with -1e4 itself": (
+        "nb02.self_attention", SelfAttentionFillsMinus1e4, "blocks with a finite number"),
+    "2.4 adds (~mask) * -10000": (
+        "nb02.self_attention", SelfAttentionAddsMinus1e4, "blocks with a finite number"),
+    "3.2 blocks with -1e4 in its own attention": (
+        "nb03.multi_head_attention", HeadsFillMinus1e4, FILL),
+    "3.2 hands 2.1 an additive mask of -10000": (
+        "nb03.multi_head_attention", HeadsAddMinus1e4, FILL),
+}  # fmt: skip
+MAGNITUDES_RIGHT = {
+    "0.1 log-sum-exp": ("nb00.softmax", softmax_by_logsumexp_any_layout),
+    "0.1 in float64, cast back": (
+        "nb00.softmax", lambda x, dim=-1: _stable(x.double(), dim).to(x.dtype)),
+    "8.2 torch.softmax": ("nb08.apply_threshold", _threshold(lambda z: z.softmax(-1).max(-1))),
+    "8.2 log_softmax, then exp": (
+        "nb08.apply_threshold", _threshold(lambda z: z.log_softmax(-1).exp().max(-1))),
+    "8.2 the top probability as 1 / sum exp(x - max)": (
+        "nb08.apply_threshold", _threshold(_top_by_shift)),
+    "2.1 torch.where(mask, scores, -inf)": ("nb02.scaled_dot_product_attention", _attention()),
+    "2.1 torch's fused attention": ("nb02.scaled_dot_product_attention", _fused_attention),
+}  # fmt: skip
+
+
+def _run(path, answer):
+    import importlib
+
+    module, name = path.split(".")
+    check = getattr(importlib.import_module(f"course.checks.{module}"), name)
+    return check(answer, raise_on_failure=False)
+
+
+@pytest.mark.parametrize("name", sorted(MAGNITUDES_WRONG))
+def test_a_clamp_or_a_finite_fill_fails_on_the_sizes_the_text_allows(name):
+    path, answer, phrase = MAGNITUDES_WRONG[name]
+    result = _run(path, answer)
+    assert not result.passed and phrase in result.message, result.message
+
+
+@pytest.mark.parametrize("name", sorted(MAGNITUDES_RIGHT))
+def test_stable_answers_pass_at_every_size(name):
+    assert _run(*MAGNITUDES_RIGHT[name]).passed
+
+
+# --- issue 39, family 2: accents, precomposed and decomposed (course.domains.Texts) ---------
+
+
+def _spelled(word, merges):
+    symbols = (*word[:-1], word[-1] + "</w>")
+    for pair in merges:
+        merged, i = [], 0
+        while i < len(symbols):
+            if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+                merged, i = [*merged, symbols[i] + symbols[i + 1]], i + 2
+            else:
+                merged, i = [*merged, symbols[i]], i + 1
+        symbols = tuple(merged)
+    return list(symbols)
+
+
+def encode_composed_first(word, merges):
+    """Composes the word first (NFC), "so that é is always one symbol"."""
+    import unicodedata
+
+    return _spelled(unicodedata.normalize("NFC", word), merges)
+
+
+def encode_by_regex(word, merges):
+    """Right: the symbols joined by spaces, each merge a regex on whole symbols."""
+    import re
+
+    text = " ".join((*word[:-1], word[-1] + "</w>"))
+    for a, b in merges:
+        text = re.sub(rf"(?<!\S){re.escape(a)} {re.escape(b)}(?!\S)", a + b, text)
+    return text.split(" ")
+
+
+def test_a_decomposed_accent_is_drawn():
+    result = nb01.bpe_encode(encode_composed_first, raise_on_failure=False)
+    assert not result.passed  # main let it through: its one accented word was precomposed
+    assert "decomposed (NFD: an accented letter is two characters" in result.message
+    for right in (_spelled, encode_by_regex):
+        assert nb01.bpe_encode(right, raise_on_failure=False).passed

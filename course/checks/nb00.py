@@ -58,7 +58,7 @@ softmax = check(
         device=False,  # 0.1's text states no device (a NumPy softmax meets the text)
         forbidden=("torch.softmax", "torch.nn.Softmax"),  # "not `torch.softmax`"
         domains={  # "along any axis": every axis of x, by either sign, and the default
-            "x": Tensors(scales=(1e3,)),
+            "x": Tensors(scales=(1e3,), shifts=(-3e4, 3e4)),  # "for any constant c"
             "dim": Numbers(
                 lambda i: -i["x"].dim(), lambda i: i["x"].dim() - 1, integer=True, hint=_DIM_HINT
             ),

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from course import properties as prop
+from course.domains import Texts
 from course.observe import type_name
 from course.properties import CheckFailure, an, expect, fresh, generator, gradients, observe
 from course.spec import (
@@ -348,11 +349,16 @@ def _encode_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+ACCENTS = (
+    "The text spells a word with word_to_symbols, one symbol per character: a decomposed accented "
+    "letter is two characters, and a character the merges never mention stays a symbol of its own."
+)
 bpe_encode = check(Spec(
     exercise="Exercise 1.4", title="encode a word with BPE", name="bpe_encode",
     params=("word", "merges"), forms=(POSITIONAL,), reference=_encode, cases=_encode_cases,
     hint="Start from the word's characters, the last one marked with '</w>', and replay every "
     "merge in the order it was learned, each on the whole word.",
+    domains={"word": Texts(base=lambda i: not i["word"].isascii(), hint=ACCENTS)},
 ))  # fmt: skip
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
-from course.domains import Masks
+from course.domains import Masks, Tensors, causal_case
 from course.properties import attention, generator, large_scores
 from course.spec import (
     DEFAULTS,
@@ -132,6 +132,8 @@ scaled_dot_product_attention = check(Spec(
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
+    domains={"query": Tensors(layouts=(), scales=(1e5, -1e5), base=causal_case)},  # "of any size"
+    by_name=False,  # public code names them q, k, v; the course calls it positionally
     properties=(
         Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
     ),
@@ -181,6 +183,11 @@ MASK_KINDS = (
     "2.1: a float mask is added to the scores (0 keeps a key, -inf blocks it)."
 )
 
+HUGE_SCORES = (
+    "x scaled by 1000 gives scores far beyond 1e4, which 2.1 allows: a blocked key gets -inf "
+    "there, as in scaled_dot_product_attention, not a large negative number such as -1e4."
+)
+
 
 def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask: Any = None) -> Any:
     q, k, v = (F.linear(x, w[f"{n}.weight"].to(x.dtype), w[f"{n}.bias"].to(x.dtype))
@@ -217,12 +224,14 @@ self_attention = check(ModuleSpec(
     builds=lambda: [Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
                     Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
     parameters=_layers, reference=_self_attention, gradients=("x",), output=lambda r: r[0],
-    domains={"mask": Masks(hint=MASK_KINDS)},  # "passes the mask to your sdp attention"
+    domains={"mask": Masks(hint=MASK_KINDS),  # "passes the mask to your sdp attention": 2.1's
+             "x": Tensors(layouts=(), scales=(1e3,), base=causal_case, hint=HUGE_SCORES)},
     hint="The exercise text gives the formula: queries, keys and values are three projections of "
     "x, scaled by sqrt(d_k) of the projections; the output goes through w_o.",
     properties=(
         Property("the mask", **attention.blocked_get_zero(
-            "SelfAttention", "The mask does not reach the attention.")),
+            "SelfAttention", "The mask does not reach the attention, or it blocks with a finite "
+            "number where 2.1 puts -inf.")),
         Property(".double()", **prop.follows_double(
             "SelfAttention", ("x", "mask"), "Keep the parameters' dtype: no hard-coded float32."),
             applies=lambda case: "mask" in case.inputs),

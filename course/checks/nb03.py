@@ -19,6 +19,7 @@ from torch import nn
 
 from course import properties as prop
 from course.check import exercise_check
+from course.domains import Tensors, causal_case
 from course.properties import attention, generator
 from course.spec import (
     DEFAULTS,
@@ -266,6 +267,7 @@ multi_head_attention = check(
         defaults={"mask": None},
         forms=(POSITIONAL, KEYWORD, DEFAULTS),
         builds=_mha_builds,
+        domains={"query": Tensors(layouts=(), scales=(1e4, -1e4), base=causal_case)},  # as 2.1
         parameters=_projections,
         reference=_attention,
         gradients=("query", "key", "value"),

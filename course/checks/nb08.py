@@ -29,11 +29,13 @@ from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import accuracy_score, precision_score, recall_score
 
 from course import properties as prop
+from course.domains import Tensors
 from course.properties import OneOf, expect, generator
 from course.spec import Case, Property, Spec, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
+
 
 def _choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callable[..., None]:
     """A judge for a chosen number: a wrong answer that another rule gives is named with that
@@ -189,6 +191,7 @@ apply_threshold = check(
         params=("logits", "threshold", "oos_id"),
         reference=_thresholded,
         cases=_threshold_cases,
+        domains={"logits": Tensors(layouts=(), shifts=(-3e4, 3e4))},  # "of any size"; a constant
         properties=(
             Property("numeric range", **prop.overflow("apply_threshold", "logits")),
             Property(
