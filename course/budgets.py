@@ -88,12 +88,13 @@ RUN_TIMES: dict = {
         "07": 179.0,
         "08": 264.5,
         "09": 69.2,
-        "10": 488.0,  # see "elsewhere"
+        "10": 201.0,  # see "elsewhere"
     },
     # Notebooks whose figure is not that make check's nbval time, and where it comes from.
     "elsewhere": {
-        "10": "its idle `make solutions NB=10` of the same day (under that `make check` a stray "
-        "process of an earlier run shared the CPU, and nbval took 723 s)",
+        "10": "its idle `make solutions NB=10` of the same day, after its CPU configuration "
+        "changed to fit its budget (nbval of the version before had taken 723 s under that `make "
+        "check`, beside a stray process of an earlier run)",
     },
 }
 
@@ -370,7 +371,16 @@ def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
 # "where": "an idle 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0",
 # "command": "make bench JSON=docs/bench/2026-11-28-float32.json", "load": "idle (load
 # average 0.1 before the run)", "output": "docs/bench/2026-11-28-float32.json"}.
-BENCH_RUNS: list[dict] = []
+BENCH_RUNS: list[dict] = [
+    {
+        "when": "2026-11-27",
+        "where": "an idle 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0",
+        "command": "make bench JSON=docs/bench/2026-11-27-float32.json",
+        "load": "idle (1-minute load average 1.9 before the run: the threads of the notebook run "
+        "just before it fading; nothing else running)",
+        "output": "docs/bench/2026-11-27-float32.json",
+    },
+]
 
 
 def bench_output(run: dict, root: Path | None = None) -> dict:
