@@ -15,10 +15,10 @@ property violated:
 * **the interface**  :func:`stated_attributes`, :func:`refusal` (the error the text states).
 
 The concepts that several exercises share have a module each: :mod:`.attention` (attention and
-masks), :mod:`.positions`, :mod:`.statistics` (randomness and dropout), :mod:`.decoding`. A
-property used by one check lives beside its spec in ``course/checks/``. Inputs come from
-:func:`generator` (re-exported from :mod:`course.observe`); reference modules that need torch's
-global generator are built under :func:`seeded`.
+masks), :mod:`.statistics` (randomness and dropout), :mod:`.decoding`. A property used by one
+check lives beside its spec in ``course/checks/`` (notebook 04's positions, every one). Inputs
+come from :func:`generator` (re-exported from :mod:`course.observe`); reference modules that
+need torch's global generator are built under :func:`seeded`.
 """
 
 from __future__ import annotations
