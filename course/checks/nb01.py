@@ -119,53 +119,41 @@ def _encode(word: str, merges: list[Pair]) -> list[str]:
 # --- properties these checks alone use ----------------------------------------------------
 
 
-def _exact_type(name: str, kind: type, why: str) -> dict[str, Callable]:
-    """The result is exactly a ``kind`` where the text says so (a tuple, to be a dict key)."""
+def _a_tuple(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """The result is exactly a tuple, as the text says: it is used as a dictionary key."""
+    why = "the result is used as a dictionary key"
+    expect(
+        type(got) is tuple,
+        f"merge_pair on {case.what} returned {an(type_name(got))}; the exercise text says a "
+        f"tuple: {why} (the property violated: the stated return type).",
+        f"Return a tuple: {why}.",
+    )
 
-    def judge(case: Any, got: Any, expected: Any, seen: Any) -> None:
-        expect(
-            type(got) is kind,
-            f"{name} on {case.what} returned {an(type_name(got))}; the exercise text says a "
-            f"{kind.__name__}: {why} (the property violated: the stated return type).",
-            f"Return a {kind.__name__}: {why}.",
+
+def _same_counts(case: Any, got: Any, expected: dict, seen: Any) -> None:
+    """A table of counts the text defines: name the first entry counted differently."""
+    wrong = [k for k in sorted(expected, key=repr) if got.get(k) != expected[k]]
+    if wrong:
+        raise CheckFailure(
+            f"count_pairs on {case.what}: {wrong[0]!r} counted {got[wrong[0]]!r} times, expected "
+            f"{expected[wrong[0]]} ({len(wrong)} entries differ; the property violated: the "
+            "counts the exercise text defines).",
+            COUNT_HINT,
         )
 
-    return {"judge": judge}
 
-
-def _same_counts(name: str, hint: str) -> dict[str, Callable]:
-    """A table of counts the text defines: name the first entry counted differently."""
-
-    def judge(case: Any, got: Any, expected: dict, seen: Any) -> None:
-        wrong = [k for k in sorted(expected, key=repr) if got.get(k) != expected[k]]
-        if wrong:
+def _same_steps(case: Any, got: Any, expected: list, seen: Any) -> None:
+    """The merges the text defines step by step: the first that differs, and why the text says
+    otherwise (:func:`_why`, computed on the trusted side only). A list stands for a tuple."""
+    steps = [tuple(s) if isinstance(s, list) else s for s in got]
+    for step, mine in enumerate(steps):
+        if step >= len(expected) or mine != expected[step]:
+            should = f"should be {expected[step]!r}" if step < len(expected) else "is extra"
             raise CheckFailure(
-                f"{name} on {case.what}: {wrong[0]!r} counted {got[wrong[0]]!r} times, expected "
-                f"{expected[wrong[0]]} ({len(wrong)} entries differ; the property violated: the "
-                "counts the exercise text defines).",
-                hint,
+                f"learn_bpe on {case.what}: merge {step + 1} {should}, got {mine!r}: "
+                f"{_why(case, step)} (the property violated: the steps the text defines).",
+                LEARN_HINT,
             )
-
-    return {"judge": judge}
-
-
-def _same_steps(name: str, noun: str, why: Callable[[Any, int], str], hint: str) -> dict:
-    """A sequence the text defines step by step: the first step that differs, and why the text
-    says otherwise (``why(case, step)``, computed on the trusted side only). A list stands for
-    a tuple step."""
-
-    def judge(case: Any, got: Any, expected: list, seen: Any) -> None:
-        steps = [tuple(s) if isinstance(s, list) else s for s in got]
-        for step, mine in enumerate(steps):
-            if step >= len(expected) or mine != expected[step]:
-                should = f"should be {expected[step]!r}" if step < len(expected) else "is extra"
-                raise CheckFailure(
-                    f"{name} on {case.what}: {noun} {step + 1} {should}, got {mine!r}: "
-                    f"{why(case, step)} (the property violated: the steps the text defines).",
-                    hint,
-                )
-
-    return {"judge": judge}
 
 
 def _normal_init(
@@ -268,7 +256,7 @@ count_pairs = check(Spec(
     params=("word_freqs",), forms=(POSITIONAL,), reference=_count, hint=COUNT_HINT,
     cases=lambda: [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
     + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})],
-    properties=(Property("pair counts", **_same_counts("count_pairs", COUNT_HINT)),),
+    properties=(Property("pair counts", _same_counts),),
 ))  # fmt: skip
 
 MERGE_INPUTS: list[tuple[Symbols, Pair]] = [
@@ -288,8 +276,7 @@ merge_pair = check(Spec(
     params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge, hint=MERGE_HINT,
     cases=lambda: [Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p})
                    for s, p in MERGE_INPUTS],
-    properties=(Property("a tuple", **_exact_type(
-        "merge_pair", tuple, "the result is used as a dictionary key")),),
+    properties=(Property("a tuple", _a_tuple),),
 ))  # fmt: skip
 
 LEARN_HINT = (
@@ -311,8 +298,7 @@ learn_bpe = check(Spec(
         Case("a corpus of one two-letter word, 5 merges asked",
              {"word_freqs": {("a", "b</w>"): 3}, "num_merges": 5, "progress": False}),
     ],
-    properties=(Property("the merges, step by step", **_same_steps(
-        "learn_bpe", "merge", _why, LEARN_HINT)),),
+    properties=(Property("the merges, step by step", _same_steps),),
 ))  # fmt: skip
 
 ENCODE_WORDS = [

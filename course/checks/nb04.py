@@ -41,7 +41,7 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
     """The text: a sequence longer than max_len raises a ValueError that says so."""
     return Property(
         "a ValueError beyond max_len",
-        applies=lambda c: c.grad,
+        applies=lambda c: c.grad and c.inputs["x"].shape[-1] == d_model,  # this build's cases
         **prop.refusal(
             ValueError,
             lambda m: m(torch.zeros(1, max_len + 1, d_model)),
@@ -302,26 +302,6 @@ def _encoding_builds() -> list[Build]:
     ]
 
 
-def _encoding_properties() -> tuple[Property, ...]:
-    name = "SinusoidalPositionalEncoding"
-    return (
-        Property("a non-persistent buffer `pe`", _buffer_judge, _buffers),
-        Property(
-            "dropout on the sum",
-            _dropout_judge,
-            _in_train,
-            applies=lambda c: c.inputs["x"].shape[-1] == 6,
-        ),
-        *(
-            Property(
-                p.name, p.judge, p.observe, lambda c, d=d: c.grad and c.inputs["x"].shape[-1] == d
-            )
-            for n, d in ((40, 16), (7, 6), (512, 8))
-            for p in [_too_long(n, d, name)]
-        ),
-    )
-
-
 sinusoidal_encoding = check(
     ModuleSpec(
         exercise="Exercise 4.2",
@@ -335,7 +315,17 @@ sinusoidal_encoding = check(
         reference=_encoding,
         gradients=("x",),
         hint=ENCODING_HINT,
-        properties=_encoding_properties(),
+        properties=(
+            Property("a non-persistent buffer `pe`", _buffer_judge, _buffers),
+            Property(
+                "dropout on the sum",
+                _dropout_judge,
+                _in_train,
+                applies=lambda c: c.inputs["x"].shape[-1] == 6,
+            ),
+            *(_too_long(n, d, "SinusoidalPositionalEncoding") for n, d in ((40, 16), (7, 6))),
+            _too_long(512, 8, "SinusoidalPositionalEncoding"),
+        ),
     )
 )
 
@@ -367,11 +357,7 @@ LEARNED = ModuleSpec(
     gradients=("x",),
     hint="One trainable vector per position; forward adds the vectors of positions 0..L-1, L "
     "being the length axis (after the batch), and raises a ValueError beyond max_len.",
-    properties=tuple(
-        Property(p.name, p.judge, p.observe, lambda c, d=d: c.grad and c.inputs["x"].shape[-1] == d)
-        for n, d in ((20, 8), (5, 3))
-        for p in [_too_long(n, d, "LearnedPositionalEmbedding")]
-    ),
+    properties=tuple(_too_long(n, d, "LearnedPositionalEmbedding") for n, d in ((20, 8), (5, 3))),
 )
 
 
