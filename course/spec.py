@@ -370,9 +370,15 @@ def _raised(results: Any) -> Any:
 
 
 def _fresh(value: Any) -> Any:
-    """A copy of the containers and tensors in ``value`` (other objects as they are)."""
+    """A copy of the containers and tensors in ``value`` (other objects as they are). A view
+    stays a view of its own copy, strides and all: a drawn layout (course.domains) reaches the
+    student's code, where ``clone()`` would make a strided or expanded view contiguous."""
     if isinstance(value, torch.Tensor):
-        return value.clone()
+        base = value._base
+        if base is None or not base.is_contiguous():
+            return value.clone()
+        offset = value.storage_offset() - base.storage_offset()
+        return base.clone().as_strided(value.size(), value.stride(), offset)
     if isinstance(value, list | tuple):
         return type(value)(_fresh(v) for v in value)
     if isinstance(value, dict):
