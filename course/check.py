@@ -179,11 +179,7 @@ def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int
             print(result.report())
             return None  # nothing more to show in the notebook than the printed line
 
-        run.exercise = exercise  # type: ignore[attr-defined]
-        run.title = title  # type: ignore[attr-defined]
-        run.hint = hint  # type: ignore[attr-defined]
-        run.seed = seed  # type: ignore[attr-defined]
-        run.body = body  # type: ignore[attr-defined]
+        vars(run).update(exercise=exercise, title=title, hint=hint, seed=seed, body=body)
         return run
 
     return decorate

@@ -231,14 +231,9 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
         key = str(len(tensors))
         tensors[key] = value
         return {"tensor": key}
-    if isinstance(value, list | tuple):
-        return {
-            "list" if isinstance(value, list) else "tuple": [
-                _encode_tree(v, tensors) for v in value
-            ]
-        }
-    if isinstance(value, set | frozenset):
-        return {"set": [_encode_tree(v, tensors) for v in value]}
+    if isinstance(value, list | tuple | set | frozenset):
+        tag = "list" if isinstance(value, list) else "tuple" if isinstance(value, tuple) else "set"
+        return {tag: [_encode_tree(v, tensors) for v in value]}
     if isinstance(value, dict):
         items = [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]
         return {"named": [value.type_name, items]} if isinstance(value, Named) else {"dict": items}

@@ -279,35 +279,26 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
     )
     pad4, causal = _padding([6, 2, 5, 3], 6), torch.ones(1, 6, 6, dtype=torch.bool).tril()
     cross = {"query": q, "key": k, "value": v}
+
+    def own(t: torch.Tensor, mask: Any = None) -> dict[str, Any]:  # self-attention's inputs
+        return {"query": t, "key": t, "value": t, "mask": mask}
+
     table = [
-        Case(
-            "self-attention, x (2, 5, d_model), no mask",
-            {"query": x, "key": x, "value": x, "mask": None},
-            grad=True,
-        ),
+        Case("self-attention, x (2, 5, d_model), no mask", own(x), grad=True),
         Case("cross-attention, 3 queries over 7 keys with other values", {**cross, "mask": None}),
         Case(
             "cross-attention with a (2, 1, 7) padding mask",
             {**cross, "mask": _padding([7, 4], 7)},
             grad=True,
         ),
-        Case(
-            "self-attention, 4 sequences of different lengths, (4, 1, 6) mask",
-            {"query": x4, "key": x4, "value": x4, "mask": pad4},
-        ),
-        Case(
-            "self-attention with a (1, 6, 6) causal mask",
-            {"query": x4, "key": x4, "value": x4, "mask": causal},
-        ),
-        Case(
-            "self-attention with a causal and padding mask (4, 6, 6)",
-            {"query": x4, "key": x4, "value": x4, "mask": causal & pad4},
-        ),
+        Case("self-attention, 4 sequences of different lengths, (4, 1, 6) mask", own(x4, pad4)),
+        Case("self-attention with a (1, 6, 6) causal mask", own(x4, causal)),
+        Case("self-attention with a causal and padding mask (4, 6, 6)", own(x4, causal & pad4)),
         Case(
             "cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
             {**cross, "mask": _padding([3, 6], 7).unsqueeze(1)},
         ),
-        Case("a batch of one, a single token", {"query": x1, "key": x1, "value": x1, "mask": None}),
+        Case("a batch of one, a single token", own(x1)),
         Case(
             "cross-attention, 3 queries over 4 keys (where dropout acts, in train mode)",
             {"query": q, "key": k[:, :4], "value": v[:, :4], "mask": None},
@@ -315,7 +306,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case(
             "self-attention where sequence 1 is all padding (fully masked rows: compared only "
             "on the other device, in train and eval mode)",
-            {"query": x4, "key": x4, "value": x4, "mask": _padding([6, 0, 5, 3], 6)},
+            own(x4, _padding([6, 0, 5, 3], 6)),
             compare=False,
         ),
     ]

@@ -395,59 +395,52 @@ def _rotated(x: torch.Tensor, positions: Any = None, base: float = 10000.0) -> t
 
 
 def _rope_cases() -> list[Case]:
-    f32, f64 = torch.float32, torch.float64
-    table = [
-        ("x (2, 3, 10, 16)", (2, 3, 10, 16), f32, None, None, None),
-        ("a float64 (1, 7, 6) input", (1, 7, 6), f64, None, None, "Keep the input's dtype."),
-        ("a (1, 1, 1, 4) input (one position)", (1, 1, 1, 4), f32, None, None, None),
-        ("a 2-D (12, 32) input", (12, 32), f64, None, None, None),
+    f32, f64, tensor = torch.float32, torch.float64, torch.tensor
+    table = [  # what, x's shape and dtype, the inputs besides x that the case gives, the hint
+        ("x (2, 3, 10, 16)", (2, 3, 10, 16), f32),
+        ("a float64 (1, 7, 6) input", (1, 7, 6), f64, {}, "Keep the input's dtype."),
+        ("a (1, 1, 1, 4) input (one position)", (1, 1, 1, 4), f32),
+        ("a 2-D (12, 32) input", (12, 32), f64),
         (
             "positions=5..11",
             (1, 7, 6),
             f64,
-            torch.arange(7) + 5,
-            None,
+            {"positions": torch.arange(7) + 5},
             "Use the `positions` argument when it is given instead of 0..L-1.",
         ),
         (
             "positions=[3, 0, 17, 2, 2, 40, 1] as float64 (floating point positions are allowed)",
             (1, 7, 6),
             f64,
-            torch.tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64),
-            None,
-            None,
+            {"positions": tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64)},
         ),
         (
             "positions=[0.5, 0, 2.25, 7, 1.5, 30.75, 3] in float64 (floating point positions are "
             "allowed: compute the angles from them)",
             (1, 7, 6),
             f64,
-            torch.tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64),
-            None,
+            {"positions": tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64)},
             "The angle is position * theta_i for any real position: do not round it or look it up.",
         ),
         (
             "(B, L) positions, one row per sequence, for x (3, 5, 8)",
             (3, 5, 8),
             f64,
-            torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]]),
-            None,
+            {"positions": tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]])},
             "positions may have the shape of x without its last axis: each sequence its own.",
         ),
         (
             "positions (2, 1, 5) for x (2, 2, 5, 8)",
             (2, 2, 5, 8),
             f32,
-            torch.tensor([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]]),
-            None,
+            {"positions": tensor([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])},
             "positions broadcasts to x's shape without its last axis.",
         ),
         (
             "base=100.0",
             (1, 7, 6),
             f64,
-            None,
-            100.0,
+            {"base": 100.0},
             "theta_i is computed from the `base` argument.",
         ),
     ]
@@ -456,13 +449,14 @@ def _rope_cases() -> list[Case]:
             what,
             {
                 "x": torch.randn(shape, generator=generator(i), dtype=dtype),
-                "positions": positions,
-                "base": 10000.0 if base is None else base,
+                "positions": None,
+                "base": 10000.0,
+                **(given[0] if given else {}),
             },
-            hint,
+            *given[1:],
             grad=i in (0, 5),
         )
-        for i, (what, shape, dtype, positions, base, hint) in enumerate(table)
+        for i, (what, shape, dtype, *given) in enumerate(table)
     ]
 
 
@@ -531,6 +525,8 @@ def _relative(case: Any, got: Any, expected: Any, rotated: list[Any]) -> None:
         "m - n).",
         ROPE_HINT,
     )
+
+
 rope = check(
     Spec(
         exercise="Exercise 4.4",

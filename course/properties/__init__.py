@@ -102,37 +102,28 @@ def call(
     property "inputs untouched". ``names`` names the positional arguments in messages; the
     arguments named in ``free`` may change (the exercise text allows it).
     """
-    before = (
-        [None if i < len(names) and names[i] in free else _snapshot(a) for i, a in enumerate(args)],
-        {k: None if k in free else _snapshot(v) for k, v in kwargs.items()},
-    )
+    given = dict(enumerate(args)) | kwargs  # by position, then by name
+    named = dict(enumerate(names[: len(args)])) | {k: k for k in kwargs}
+    before = {k: None if named.get(k) in free else _snapshot(v) for k, v in given.items()}
 
     def run() -> dict[str, Any]:
         result = to_student_plain(function(*args, **kwargs))
-        after = [_snapshot(a) for a in args], {k: _snapshot(v) for k, v in kwargs.items()}
-        return {"result": result, "after": after}
+        return {"result": result, "after": [_snapshot(v) for v in given.values()]}
 
     observed = observe(what, run, random=random)
-    after_args, after_kwargs = observed["after"]
+    after = observed["after"]
     expect(
-        len(after_args) == len(before[0]) and isinstance(after_kwargs, dict),
+        isinstance(after, list) and len(after) == len(before),
         f"{what}: the arguments did not come back from the call.",
     )
-    for i, (old, new) in enumerate(zip(before[0], after_args, strict=True)):
-        label = f"`{names[i]}`" if i < len(names) else f"its {ORDINALS[min(i, 7)]} argument"
+    for (key, old), new in zip(before.items(), after, strict=True):
+        label = f"`{named[key]}`" if key in named else f"its {ORDINALS[min(key, 7)]} argument"
         expect(
             old is None or same(old, new),
             f"{what}: your code changed {label} in place. The property violated: inputs "
             "untouched; the caller still needs them.",
             "Compute into new tensors (x - m, not x -= m; torch.cat, not append) and copy a "
             "list or dict before changing it.",
-        )
-    for key, old in before[1].items():
-        expect(
-            old is None or same(old, after_kwargs.get(key)),
-            f"{what}: your code changed the argument `{key}` in place. The property violated: "
-            "inputs untouched.",
-            "Compute into new tensors and copy a list or dict before changing it.",
         )
     return observed["result"]
 
