@@ -53,18 +53,12 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
     )
 
 
-def _exactly(max_len: int) -> str:
-    return (
-        f"x of exactly max_len={max_len} positions (every length up to and including "
-        "max_len is allowed)"
-    )
-
-
 def _xs(d_model: int, shapes: list, max_len: int, offset: int, mode: str = "") -> list[Case]:
     g = generator(offset)
+    exactly = f"x of exactly max_len={max_len} positions (every length up to and including max_len"
     return [
         Case(
-            (_exactly(max_len) if n == max_len else f"x ({b}, {n}, {d_model})") + mode,
+            (f"{exactly} is allowed)" if n == max_len else f"x ({b}, {n}, {d_model})") + mode,
             {"x": torch.randn(b, n, d_model, generator=g)},
             grad=i == 1,
         )

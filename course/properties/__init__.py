@@ -309,22 +309,18 @@ def expect_result(
         )
         missing = [k for k in expected if k not in got]
         extra = [k for k in got if k not in expected]
-        expect(
-            not missing,
-            f"{what} has no entry {missing[0]!r} ({len(missing)} missing), expected "
-            f"{expected[missing[0]]!r} there (the property violated: the stated result)."
-            if missing
-            else "",
-            hint,
-        )
-        expect(
-            not extra,
-            f"{what} has an entry {extra[0]!r} = {got[extra[0]]!r} that should not be there "
-            f"({len(extra)} extra; the property violated: the stated result)."
-            if extra
-            else "",
-            hint,
-        )
+        if missing:
+            raise CheckFailure(
+                f"{what} has no entry {missing[0]!r} ({len(missing)} missing), expected "
+                f"{expected[missing[0]]!r} there (the property violated: the stated result).",
+                hint,
+            )
+        if extra:
+            raise CheckFailure(
+                f"{what} has an entry {extra[0]!r} = {got[extra[0]]!r} that should not be there "
+                f"({len(extra)} extra; the property violated: the stated result).",
+                hint,
+            )
         for name in expected:
             expect_result(got[name], expected[name], f"{what}[{name!r}]", hint, strict, values)
         return
