@@ -589,7 +589,10 @@ def _module_cases(
         # in train() mode where that changes nothing: training-only paths meet backward too
         mode = "train" if build.deterministic else "eval"
         observe(f"{made}.{mode}()", lambda m=mode: getattr(module, m)() and None)
-        _module_gradients(spec, case, module, reference, weights)
+        # every named parameter too, against the reference with the same weights as leaves
+        leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
+        ours = functools.partial(reference, leaves)
+        _gradients(spec, case, module, ours, spec.output, lambda: _fresh_parameters(module), leaves)
     for mode in ("train", "eval"):
         observe(f"{made}.{mode}()", lambda m=mode: getattr(module, m)() and None)
         _on_device(spec, module, made, cases, f"in {mode}() mode ")
@@ -609,20 +612,6 @@ def _fresh_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
     for parameter in named.values():
         parameter.grad = None
     return named
-
-
-def _module_gradients(
-    spec: ModuleSpec,
-    case: Case,
-    module: Any,
-    reference: Callable,
-    weights: Mapping[str, torch.Tensor],
-) -> None:
-    """Gradients of the declared inputs and of every named parameter, against the reference
-    computed with the same weights as leaves."""
-    leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
-    twin = functools.partial(reference, leaves)
-    _gradients(spec, case, module, twin, spec.output, lambda: _fresh_parameters(module), leaves)
 
 
 # --- the notebook-facing check --------------------------------------------------------------
