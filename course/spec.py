@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -262,7 +262,8 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     drawn = (*spec.forms, *(f for f in added if f not in spec.forms))
     forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
     earlier = _first_pass(spec.name, student, spec, cases, forms) if spec.random == NONE else {}
-    called = _called_again(cases, earlier, lambda c, f: _call_forms(spec, student, c, f), forms)
+    call = functools.partial(_call_forms, spec, student, spec.name)
+    called = _called_again(cases, earlier, call, forms)
     for case, results in zip(cases, called, strict=True):
         _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
         if case.grad and spec.gradients:
@@ -274,13 +275,15 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
 
 
 def _call_forms(
-    spec: Spec, student: Callable[..., Any], case: Case, forms: Sequence[str]
+    spec: Spec | ModuleSpec, student: Any, name: str, case: Case, forms: Sequence[str]
 ) -> list[tuple[str, Any]]:
-    """``(what, result)`` of ``case`` in each distinct call form."""
+    """``(what, result)`` of ``case`` in each distinct call form (``name``: the function's, or
+    the module's construction written out)."""
     results = []
     for form in _forms(forms, lambda f: _arranged(spec, case.inputs, f)[2]):
         args, kwargs, shown = _arranged(spec, case.inputs, form)
-        what = f"{spec.name}({shown}) on {case.what}" + _left_out(spec, case, form)
+        what = f"{name}({shown}) on {case.what}"
+        what += _left_out(spec, case, form) if isinstance(spec, Spec) else ""
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no other call
         result = _call(what, student, args, kwargs, spec, spec.random == GLOBAL)
         results.append((what, result))
@@ -329,12 +332,9 @@ def _first_pass(
     ``student`` is a second module built alike: state kept on a module shows too."""
     out = {}  # by the case's place in the table (two cases may share their words)
     for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
-        form = _forms(declared, lambda f, c=case: _arranged(spec, c.inputs, f)[2])[0]
-        args, kwargs, shown = _arranged(spec, case.inputs, form)
-        what = f"{name}({shown}) on {case.what}, the first time"
-        args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no later call
+        first = replace(case, what=f"{case.what}, the first time")
         try:
-            out[i] = _call(what, student, args, kwargs, spec)
+            out[i] = _call_forms(spec, student, name, first, declared[:1])[0][1]
         except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
             continue  # table's order, report it as the smallest failing input
     return out
@@ -557,19 +557,12 @@ def _module_cases(
     def reference(params: Mapping[str, torch.Tensor], **inputs: Any) -> Any:
         return spec.reference(build, params, buffers, **inputs)
 
-    def call(case: Case, forms: Sequence[str]) -> list[tuple[str, Any]]:
-        results = []
-        for form in _forms(forms, lambda f: _arranged(spec, case.inputs, f)[2]):
-            args, kwargs, shown = _arranged(spec, case.inputs, form)
-            what = f"{made}({shown}) on {case.what}"
-            results.append((what, _call(what, module, args, kwargs, spec)))
-        return results
-
     observe(f"{made}.eval()", lambda: module.eval() and None)
     forms = [spec.forms] * len(cases)
     second = f"{made} (a second one)"
     earlier = {} if twin is None else _first_pass(second, twin, spec, cases, forms)
     against = "this module against a second one built alike, given the cases in reverse order"
+    call = functools.partial(_call_forms, spec, module, made)
     called = _called_again(cases, earlier, call, forms, against)
     for case, results in zip(cases, called, strict=True):
         _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))

@@ -270,13 +270,8 @@ def expect_result(
             got = got.value
             expected = expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected
     if isinstance(expected, tuple | list):
-        expect(
-            isinstance(got, tuple | list) and (isinstance(expected, tuple) or type(got) is list),
-            f"{what} returned {a_type(got)}, but the exercise text says a "
-            f"{type(expected).__name__} of {len(expected)} (the property violated: the stated "
-            "return type).",
-            hint,
-        )
+        ok = isinstance(got, tuple | list) and (isinstance(expected, tuple) or type(got) is list)
+        _stated_type(ok, got, f"a {type(expected).__name__} of {len(expected)}", what, hint)
         if values or isinstance(expected, tuple):  # a list's length is part of its value
             pairs = enumerate(zip(got, expected, strict=False))
             first = next((i for i, (mine, theirs) in pairs if not same(mine, theirs)), None)
@@ -300,13 +295,9 @@ def expect_result(
         return
     if isinstance(expected, dict):
         stated = "dict" if type(expected) is dict else type_name(expected)  # "a Counter"
-        expect(
-            isinstance(got, dict) and stated in ("dict", type_name(got)),
-            f"{what} returned {a_type(got)}, but the exercise text says {an(stated)} (the "
-            f"property violated: the stated return type; the code after it uses what {an(stated)} "
-            "has).",
-            hint,
-        )
+        ok = isinstance(got, dict) and stated in ("dict", type_name(got))
+        after = f"; the code after it uses what {an(stated)} has"
+        _stated_type(ok, got, an(stated), what, hint, after)
         missing = [k for k in expected if k not in got]
         extra = [k for k in got if k not in expected]
         if missing:
@@ -326,12 +317,7 @@ def expect_result(
         return
     if isinstance(expected, float) and _typed_float(got):  # PEP 484: an int is a float too
         got = float(got.value if isinstance(got, Foreign) else got)
-    expect(
-        leaf_type(got) == leaf_type(expected),
-        f"{what} returned {a_type(got)}, but the exercise text says {a_type(expected)} (the "
-        "property violated: the stated return type).",
-        hint,
-    )
+    _stated_type(leaf_type(got) == leaf_type(expected), got, a_type(expected), what, hint)
     if isinstance(expected, torch.Tensor):
         expect_tensor(got, expected, what, hint, strict, values)
     elif not values:
@@ -361,13 +347,21 @@ class OneOf:
     any_dtype: bool = False
 
 
-def _one_of(got: Any, expected: OneOf, what: str, hint: str | None) -> Any:
+def _stated_type(
+    ok: bool, got: Any, says: str, what: str, hint: str | None, after: str = ""
+) -> None:
+    """The stated return type: ``says`` is the type the exercise text states, in words."""
     expect(
-        leaf_type(got) in expected.types,
-        f"{what} returned {a_type(got)}, but the exercise text says "
-        f"{' or '.join(map(an, expected.types))} (the property violated: the stated return type).",
+        ok,
+        f"{what} returned {a_type(got)}, but the exercise text says {says} (the property "
+        f"violated: the stated return type{after}).",
         hint,
     )
+
+
+def _one_of(got: Any, expected: OneOf, what: str, hint: str | None) -> Any:
+    says = " or ".join(map(an, expected.types))
+    _stated_type(leaf_type(got) in expected.types, got, says, what, hint)
     if isinstance(got, float):
         return float(expected.value)
     if expected.any_dtype and isinstance(got, torch.Tensor) and got.is_floating_point():
