@@ -137,13 +137,12 @@ def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory
 # --- the parameters the text names ----------------------------------------------------------
 
 
+def _linear_params(p: str, outputs: int, inputs: int) -> dict[str, tuple[int, ...]]:
+    return {f"{p}.weight": (outputs, inputs), f"{p}.bias": (outputs,)}
+
+
 def _ffn_params(d: int, ff: int, p: str = "") -> dict[str, tuple[int, ...]]:
-    return {
-        f"{p}linear1.weight": (ff, d),
-        f"{p}linear1.bias": (ff,),
-        f"{p}linear2.weight": (d, ff),
-        f"{p}linear2.bias": (d,),
-    }
+    return _linear_params(f"{p}linear1", ff, d) | _linear_params(f"{p}linear2", d, ff)
 
 
 def _norm_params(d: int, p: str) -> dict[str, tuple[int, ...]]:
@@ -155,7 +154,7 @@ def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tupl
     out: dict[str, tuple[int, ...]] = {}
     for a in attentions:
         for n in ("w_q", "w_k", "w_v", "w_o"):
-            out |= {f"{p}{a}.{n}.weight": (d, d), f"{p}{a}.{n}.bias": (d,)}
+            out |= _linear_params(f"{p}{a}.{n}", d, d)
     out |= _ffn_params(d, ff, f"{p}ffn.")
     norms = ("self_attn_residual", "cross_attn_residual") if decoder else ("attn_residual",)
     for n in (*norms, "ffn_residual"):
@@ -257,6 +256,7 @@ def _module_check(rows: tuple, cases: Callable, dropped: tuple, *extra: Property
         Property("dropout's place", applies=_dropped_case, **where),
     )
     builds = _builds(fields["init"], rows, cases)
+    fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the blocks' constructors' default
     spec = ModuleSpec(builds=builds, init_forms=INIT_FORMS, properties=properties, **fields)
 
     def body(student: Any) -> None:
@@ -337,7 +337,6 @@ feed_forward = _module_check(
     title="position-wise feed-forward network",
     name="FeedForward",
     init=("d_model", "d_ff", "dropout"),
-    init_defaults={"dropout": 0.0},
     forward=("x",),
     parameters=lambda b: _ffn_params(b.inputs["d_model"], b.inputs["d_ff"]),
     reference=lambda b, w, buffers, x: _ffn(w, "", x),
@@ -404,7 +403,6 @@ pre_norm_residual = _module_check(
     title="pre-LN residual connection",
     name="PreNormResidual",
     init=("d_model", "dropout"),
-    init_defaults={"dropout": 0.0},
     forward=("x", "sublayer"),
     parameters=lambda b: _norm_params(b.inputs["d_model"], "norm"),
     reference=lambda b, w, buffers, x, sublayer: x + sublayer(_ln(w | buffers, "norm", x)),
@@ -458,7 +456,6 @@ encoder_block = _module_check(
     title="encoder block",
     name="EncoderBlock",
     init=BLOCK_INIT,
-    init_defaults={"dropout": 0.0},
     forward=("x", "mask"),
     defaults={"mask": None},
     forms=FORMS,
@@ -502,7 +499,6 @@ decoder_block = _module_check(
     title="decoder block",
     name="DecoderBlock",
     init=BLOCK_INIT,
-    init_defaults={"dropout": 0.0},
     forward=("x", "memory", "tgt_mask", "memory_mask"),
     defaults={"tgt_mask": None, "memory_mask": None},
     forms=FORMS,
@@ -649,10 +645,7 @@ def _model_params(b: Build) -> dict[str, tuple[int, ...]]:
     i = b.inputs
     out = _stack_params(i, i["src_vocab_size"], False, "encoder.")
     out |= _stack_params(i, i["tgt_vocab_size"], True, "decoder.")
-    return out | {
-        TIED: (i["tgt_vocab_size"], i["d_model"]),
-        "output_projection.bias": (i["tgt_vocab_size"],),
-    }
+    return out | _linear_params("output_projection", i["tgt_vocab_size"], i["d_model"])
 
 
 def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -> torch.Tensor:
