@@ -34,7 +34,7 @@ from course.domains import Numbers
 from course.observe import StudentError
 from course.properties import generator, modes, observe, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Property, Spec, check, judging
+from course.spec import DEFAULTS, GLOBAL, KEYWORD, POSITIONAL, Case, Property, Spec, check, judging
 from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
@@ -93,21 +93,18 @@ def _masking_twin(input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm
     return masked, torch.where(selected, input_ids, IGNORE_INDEX)
 
 
-def _masking_what(case: Any) -> str:
-    return f"mask_tokens on {case.what}"
-
-
 def _masking_parts(case: Any, got: Any) -> tuple:
-    i = case.inputs
-    masked, labels = (t.long() for t in got)
-    return i["input_ids"], i["special_tokens_mask"], masked, labels, i["mask_token_id"]
+    """The case in words, its ids and special-token mask, the result, the [MASK] id."""
+    i, (masked, labels) = case.inputs, (t.long() for t in got)
+    what = f"mask_tokens on {case.what}"
+    return what, i["input_ids"], i["special_tokens_mask"], masked, labels, i["mask_token_id"]
 
 
 def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> None:
     """What no random draw may break: special and padding tokens never selected, a label is
     -100 or the ORIGINAL id, only selected tokens replaced, replacements inside [0, vocab)."""
-    ids, special, masked, labels, _ = _masking_parts(case, got)
-    what, vocab = _masking_what(case), case.inputs["vocab_size"]
+    what, ids, special, masked, labels, _ = _masking_parts(case, got)
+    vocab = case.inputs["vocab_size"]
     selected, p = labels != IGNORE_INDEX, case.inputs.get("mlm_probability", 0.15)
     exact = [  # the ends of the probability: no draw decides there
         (selected, "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
@@ -160,8 +157,8 @@ def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> Non
     """Selection with probability ``mlm_probability``, each ordinary token independently (the
     spread of the counts per row and per position, neighbours uncorrelated), then 80% [MASK] /
     10% a random id / 10% kept among the selected, each token independently too."""
-    ids, special, masked, labels, mask_id = _masking_parts(case, got)
-    what, p, vocab = _masking_what(case), case.inputs["mlm_probability"], case.inputs["vocab_size"]
+    what, ids, special, masked, labels, mask_id = _masking_parts(case, got)
+    p, vocab = case.inputs["mlm_probability"], case.inputs["vocab_size"]
     ordinary, selected = ~special, labels != IGNORE_INDEX
     n, k = int(ordinary.sum()), int(selected.sum())
     z = proportion_z(k, n, p)
@@ -225,13 +222,13 @@ def _expect_mlm_id_range(case: Any, got: Any, expected: Any, seen: Any) -> None:
     vocabulary every id (but [MASK], which cannot be told apart) must appear among the visible
     replacements; each id has dozens of chances, so a right answer misses one with probability
     far below FALSE_ALARM."""
-    ids, _, masked, labels, mask_id = _masking_parts(case, got)
+    what, ids, _, masked, labels, mask_id = _masking_parts(case, got)
     visible = (labels != IGNORE_INDEX) & (masked != ids) & (masked != mask_id)
     drawn = set(masked[visible].tolist())
     missing = [v for v in range(case.inputs["vocab_size"]) if v != mask_id and v not in drawn]
     expect(
         not missing,
-        f"{_masking_what(case)}: among {int(visible.sum())} random replacements, the ids "
+        f"{what}: among {int(visible.sum())} random replacements, the ids "
         f"{missing[:8]} never appear. The property violated: random ids are drawn uniformly "
         f"from [0, vocab_size={case.inputs['vocab_size']}), every id, special ones included.",
         "Draw random ids from the whole vocabulary, 0 to vocab_size - 1 (torch's upper bound "
@@ -388,10 +385,9 @@ SCHEDULES: dict[str, Callable[[int], float]] = {
 }
 NO_CLIP = 1e6
 BATCH_KEYS = ["attention_mask", "input_ids", "labels"]  # sorted
-KEYWORD, DEFAULT = "keyword", "default"  # how max_grad_norm is passed (or POSITIONAL)
 
-# (what, task, batch size of each step, length, schedule, max_grad_norm, call form, hint: what a
-# wrong update most likely means in this case). The course calls train_step positionally
+# (what, task, batch size of each step, length, schedule, max_grad_norm, how it is passed, hint:
+# what a wrong update most likely means in this case). The course calls train_step positionally
 # (fit in notebooks 06 to 08); by keyword and with the default left out are the other forms.
 STEP_CASES = (
     ("one step of a model left in eval mode, constant learning rate, no clipping", "sequence",
@@ -405,7 +401,7 @@ STEP_CASES = (
      "`max_grad_norm` (the argument): rescaling after the update, or with another norm, "
      "changes nothing."),
     ("one step with max_grad_norm left at its default (1.0)", "sequence", (6,), 9, "constant",
-     1.0, DEFAULT, "Left out, `max_grad_norm` is 1.0 (the signature's default): the gradient "
+     1.0, DEFAULTS, "Left out, `max_grad_norm` is 1.0 (the signature's default): the gradient "
      "is rescaled to that global norm before the update."),
     ("three steps with a decaying learning rate", "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
      POSITIONAL, "Step k must use the k-th learning rate of the schedule: the scheduler moves "
@@ -483,8 +479,7 @@ def _reference_steps(case: tuple, offset: int) -> list[dict[str, Any]]:
 
 def _step_case(student: Callable, case: tuple, offset: int) -> None:
     what = f"train_step, {case[0]}"
-    device = "the model's device"
-    observed = _observe(what, lambda: _student_steps(student, case, offset), device)
+    observed = _observe(what, lambda: _student_steps(student, case, offset), "the model's device")
     if not judging():
         return
     previous = _parameters(_tiny_bert(case[1], 3, 0.2, offset))
