@@ -514,16 +514,7 @@ decoder_block = _module_check(
 
 # --- Exercises 5.4 and 5.6: the stacks ------------------------------------------------------
 
-STACK_INIT = (
-    "vocab_size",
-    "d_model",
-    "num_heads",
-    "d_ff",
-    "num_layers",
-    "dropout",
-    "max_len",
-    "pad_id",
-)
+STACK_INIT = ("vocab_size", *BLOCK_INIT[:3], "num_layers", "dropout", "max_len", "pad_id")
 STACK_DEFAULTS = {"dropout": 0.0, "max_len": 512, "pad_id": 0}
 STACKS = (  # (vocab, d, heads, d_ff, layers, dropout, max_len, pad_id)
     (11, D, H, FF, 2, 0.0, 9, 3),
