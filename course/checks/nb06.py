@@ -21,6 +21,7 @@ same seeds, on the trusted side, which alone computes the reference (:func:`judg
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -349,13 +350,19 @@ def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def _record_forwards(model: nn.Module, forwards: list[dict[str, Any]]) -> Any:
-    """Record, at each forward call, every sub-module's training flag and the grad mode."""
+def _watched(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """``run()`` and, at each forward call of ``model`` during it, every sub-module's training
+    flag and the grad mode."""
+    forwards: list[dict[str, Any]] = []
 
     def record(module: nn.Module, args: tuple) -> None:
         forwards.append({"modes": modes(module), "grad": torch.is_grad_enabled()})
 
-    return model.register_forward_pre_hook(record)
+    handle = model.register_forward_pre_hook(record)
+    try:
+        return run(), forwards
+    finally:
+        handle.remove()
 
 
 def _largest_difference(got: dict, expected: dict) -> tuple[float, str]:
@@ -432,13 +439,8 @@ def _student_steps(student: Callable, case: tuple, offset: int) -> dict[str, Any
             args += (max_grad_norm,)
         elif form == KEYWORD:
             kwargs["max_grad_norm"] = max_grad_norm
-        forwards: list[dict[str, Any]] = []
-        handle = _record_forwards(model, forwards)
-        try:
-            with seeded(DROPOUT_SEED + k):  # the dropout masks of the reference step
-                loss = student(*args, **kwargs)
-        finally:
-            handle.remove()
+        with seeded(DROPOUT_SEED + k):  # the dropout masks of the reference step
+            loss, forwards = _watched(model, functools.partial(student, *args, **kwargs))
         replaced = sorted(key for key in originals if given.get(key) is not originals[key])
         steps.append(
             {
@@ -598,12 +600,8 @@ def _student_evaluation(student: Callable, case: tuple, offset: int, batches: li
     """(Inside observe) the student's evaluation of a freshly built model left in train mode,
     called as the course calls it: ``evaluate_accuracy(model, loader, device)``."""
     model = _tiny_bert(case[1], case[2], 0.5, offset).train()  # as after a training step
-    forwards: list[dict[str, Any]] = []
-    handle = _record_forwards(model, forwards)
-    try:
-        result = student(model, _loader(batches), torch.device("cpu"))
-    finally:
-        handle.remove()
+    run = functools.partial(student, model, _loader(batches), torch.device("cpu"))
+    result, forwards = _watched(model, run)
     return {"result": result, "forwards": forwards, "modes_after": modes(model),
             "parameters": _parameters(model)}  # fmt: skip
 
