@@ -239,7 +239,9 @@ def _adds(word: str) -> Callable[[Case], bool]:
     return lambda case: word in getattr(case, "added", "")
 
 
-def _module_check(rows: tuple, cases: Callable, dropped: tuple, *extra: Property, **fields: Any):
+def _module_check(
+    rows: tuple, cases: Callable, dropped: tuple, *extra: Property, **fields: Any
+) -> Callable[..., Any]:
     """The check of a module: one build per row of constructor values (``cases(inputs)`` its
     forward cases), its class read by the text's names (above). Its properties: padding
     invariance and causality on the cases that append padding or later positions, ``extra``,
@@ -256,7 +258,7 @@ def _module_check(rows: tuple, cases: Callable, dropped: tuple, *extra: Property
         Property("dropout's place", applies=_dropped_case, **where),
     )
     builds = _builds(fields["init"], rows, cases)
-    fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the blocks' constructors' default
+    fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the stacks' specs state more
     spec = ModuleSpec(builds=builds, init_forms=INIT_FORMS, properties=properties, **fields)
 
     def body(student: Any) -> None:
