@@ -63,14 +63,10 @@ class Numbers:
             u = float(torch.rand((), generator=g, dtype=torch.float64))
             value = lo + (hi - lo) * (0.05 + 0.9 * u)
             out.append((round(value) if self.integer else value, "drawn from its interior"))
-        if self.integer:
-            out = [(int(v), why) for v, why in out]
-        seen, unique = set(), []
-        for value, why in out:
-            if value not in seen:
-                seen.add(value)
-                unique.append((value, why))
-        return unique
+        unique: dict[Any, str] = {}
+        for value, why in out:  # each value once, with the first reason it is drawn for
+            unique.setdefault(int(value) if self.integer else value, why)
+        return list(unique.items())
 
 
 LAYOUTS = {

@@ -62,6 +62,10 @@ class StudentError(Exception):
         self.error_type = error_type
 
 
+_KINDS = ("value", "not_implemented", "error", "failure")
+_LIMITS = {"what": None, "kind": 20, "message": 4000, "error_type": 400, "ran": 64}
+
+
 @dataclass
 class Observation:
     """One observation: ``kind`` is value, not_implemented, error (the student's code raised)
@@ -227,14 +231,9 @@ def _encode_tree(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
         key = str(len(tensors))
         tensors[key] = value
         return {"tensor": key}
-    if isinstance(value, list | tuple):
-        return {
-            "list" if isinstance(value, list) else "tuple": [
-                _encode_tree(v, tensors) for v in value
-            ]
-        }
-    if isinstance(value, set | frozenset):
-        return {"set": [_encode_tree(v, tensors) for v in value]}
+    if isinstance(value, list | tuple | set | frozenset):
+        tag = "list" if isinstance(value, list) else "tuple" if isinstance(value, tuple) else "set"
+        return {tag: [_encode_tree(v, tensors) for v in value]}
     if isinstance(value, dict):
         items = [[_encode_tree(k, tensors), _encode_tree(v, tensors)] for k, v in value.items()]
         return {"named": [value.type_name, items]} if isinstance(value, Named) else {"dict": items}
@@ -288,19 +287,7 @@ def encode(record: list[Observation]) -> bytes:
     from safetensors.torch import save
 
     tensors: dict[str, torch.Tensor] = {}
-    rows = [
-        {
-            "what": o.what,
-            "kind": o.kind,
-            "value": _encode_tree(o.value, tensors),
-            "message": o.message,
-            "hint": o.hint,
-            "error_type": o.error_type,
-            "side_effects": o.side_effects,
-            "ran": o.ran,
-        }
-        for o in record
-    ]
+    rows = [{**vars(o), "value": _encode_tree(o.value, tensors)} for o in record]
     header = json.dumps(rows).encode("utf-8")
     blob = save({k: t.contiguous() for k, t in tensors.items()}) if tensors else b""
     return len(header).to_bytes(8, "little") + header + blob
@@ -322,29 +309,16 @@ def decode(data: bytes) -> list[Observation]:
         raise ValueError("malformed probe record")
     record = []
     for row in rows:
-        if not isinstance(row, dict) or row.get("kind") not in (
-            "value",
-            "not_implemented",
-            "error",
-            "failure",
-        ):
+        if not isinstance(row, dict) or row.get("kind") not in _KINDS:
             raise ValueError("malformed observation row")
-        hint = row.get("hint")
-        effects = row.get("side_effects") or []
+        hint, effects = row.get("hint"), row.get("side_effects") or []
         if not isinstance(effects, list) or not all(isinstance(e, str) for e in effects):
             raise ValueError("malformed side effects")
-        record.append(
-            Observation(
-                what=str(row.get("what", "")),
-                kind=row["kind"],
-                value=_decode_tree(row.get("value"), tensors),
-                message=str(row.get("message", ""))[:4000],
-                hint=None if hint is None else str(hint)[:4000],
-                error_type=str(row.get("error_type", ""))[:400],
-                side_effects=[e[:100] for e in effects],
-                ran=str(row.get("ran", ""))[:64],
-            )
-        )
+        text = {k: str(row.get(k, ""))[:n] for k, n in _LIMITS.items()}  # what a row may say
+        value = _decode_tree(row.get("value"), tensors)
+        hint = None if hint is None else str(hint)[:4000]
+        effects = [e[:100] for e in effects]
+        record.append(Observation(**text, value=value, hint=hint, side_effects=effects))
     return record
 
 

@@ -100,28 +100,34 @@ class Property:
     applies: Callable[[Case], bool] = lambda case: True
 
 
-@dataclass(frozen=True)
-class Spec:
-    """A function's contract. ``reference(**inputs)`` is the stated result."""
+@dataclass(frozen=True, kw_only=True)
+class _Contract:
+    """What the contracts of a function and of a module both declare."""
 
     exercise: str
     title: str
     name: str
-    params: tuple[str, ...]
     reference: Callable[..., Any]
-    cases: Callable[[], Sequence[Case]]
     hint: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     forms: tuple[str, ...] = (POSITIONAL,)  # add KEYWORD / DEFAULTS where the course calls so
+    gradients: tuple[str, ...] = ()
+    properties: tuple[Property, ...] = ()
+    seed: int = 0
+    domains: Mapping[str, Domain] = field(default_factory=dict)  # course.domains: drawn inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec(_Contract):
+    """A function's contract. ``reference(**inputs)`` is the stated result."""
+
+    params: tuple[str, ...]
+    cases: Callable[[], Sequence[Case]]
     keyword_only: tuple[str, ...] = ()  # parameters always passed by name (``**filter_args``)
     mutable: tuple[str, ...] = ()  # arguments the text allows the code to change in place
     device: bool = True  # the text says the result lives on the inputs' device
     random: str = NONE
-    gradients: tuple[str, ...] = ()
-    properties: tuple[Property, ...] = ()
-    seed: int = 0
     forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.forbidden
-    domains: Mapping[str, Domain] = field(default_factory=dict)  # course.domains: drawn inputs
     by_name: bool = True  # drawn inputs also go by name (not where the course never names them)
 
 
@@ -135,8 +141,8 @@ class Build:
     deterministic: bool = True  # train() computes the same as eval() (no dropout described)
 
 
-@dataclass(frozen=True)
-class ModuleSpec:
+@dataclass(frozen=True, kw_only=True)
+class ModuleSpec(_Contract):
     """A module's contract: constructor, the parameters the text names, forward, reference.
 
     ``parameters(build)`` gives ``{name: shape}`` of every trainable parameter the text names;
@@ -144,24 +150,19 @@ class ModuleSpec:
     cannot pass) and ``reference(build, weights, **inputs)`` computes the stated result with the
     same weights. ``buffers`` names buffers the reference also needs (read from the module)."""
 
-    exercise: str
-    title: str
-    name: str
     init: tuple[str, ...]
     forward: tuple[str, ...]
     builds: Callable[[], Sequence[Build]]
     parameters: Callable[[Build], Mapping[str, tuple[int, ...]]]
-    reference: Callable[..., Any]
-    hint: str | None = None
     init_defaults: Mapping[str, Any] = field(default_factory=dict)
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    forms: tuple[str, ...] = (POSITIONAL,)  # add KEYWORD / DEFAULTS where the course calls so
     init_forms: tuple[str, ...] = (POSITIONAL,)
-    gradients: tuple[str, ...] = ()
-    properties: tuple[Property, ...] = ()
     output: Callable[[Any], Any] = lambda result: result  # the tensor gradients flow from
-    seed: int = 0
-    domains: Mapping[str, Domain] = field(default_factory=dict)  # forward's, drawn per build
+    keyword_only = mutable = ()  # as a Spec's: forward takes every argument as the course calls
+    random = NONE
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.forward
 
 
 # --- calling as the course calls ------------------------------------------------------------
@@ -210,34 +211,32 @@ def _show(value: Any) -> str:
     return text if len(text) <= 30 else f"<{type(value).__name__}>"
 
 
-def _forms(
-    forms: Sequence[str],
-    params: Sequence[str],
-    defaults: Mapping,
-    inputs: Mapping,
-    keyword_only: Sequence[str] = (),
-) -> list[str]:
-    """The distinct call forms for these inputs (a one-argument call has a single form)."""
+def _forms(forms: Sequence[str], show: Callable[[str], str]) -> list[str]:
+    """The distinct call forms (``show(form)``: the call written out; a one-argument call has a
+    single form)."""
     seen, out = set(), []
     for form in forms:
-        key = arrange(params, defaults, inputs, form, keyword_only)[2]
-        if key not in seen:
-            seen.add(key)
+        if show(form) not in seen:
+            seen.add(show(form))
             out.append(form)
     return out
 
 
+def _arranged(spec: Spec | ModuleSpec, inputs: Mapping[str, Any], form: str = "") -> tuple:
+    """:func:`arrange` of a call of the spec's function or forward (its first form by default)."""
+    form = form or spec.forms[0]
+    return arrange(spec.params, spec.defaults, inputs, form, spec.keyword_only)
+
+
 def _call(
-    what: str,
-    function: Any,
-    args: tuple,
-    kwargs: dict,
-    names: Sequence[str],
-    random: bool,
-    free: Sequence[str] = (),
+    what: str, function: Any, args: tuple, kwargs: dict, spec: Any, random: bool = False
 ) -> Any:
+    """The student's ``function`` called through :func:`course.properties.call` (its arguments
+    named by the spec's parameters, those it may change in place left unjudged)."""
     try:
-        return prop.call(what, function, *args, random=random, names=names, free=free, **kwargs)
+        return prop.call(
+            what, function, *args, random=random, names=spec.params, free=spec.mutable, **kwargs
+        )
     except StudentError as error:
         raise prop.CheckFailure(_on(what, error.message)) from None
 
@@ -259,15 +258,10 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
             raise prop.CheckFailure(banned.message(used, spec.forbidden), spec.hint)
     written = list(spec.cases())
     cases = written + draw(written, spec.domains, spec.defaults)
-    only = spec.keyword_only
     added = (KEYWORD, DEFAULTS) if spec.by_name else ()  # DEFAULTS names the rest
     drawn = (*spec.forms, *(f for f in added if f not in spec.forms))
     forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
-    earlier = (
-        _first_pass(spec.name, student, spec, cases, forms, spec.mutable)
-        if spec.random == NONE
-        else {}
-    )
+    earlier = _first_pass(spec.name, student, spec, cases, forms) if spec.random == NONE else {}
     called = _called_again(cases, earlier, lambda c, f: _call_forms(spec, student, c, f), forms)
     for case, results in zip(cases, called, strict=True):
         _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
@@ -275,12 +269,8 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
         if spec.random not in (NONE, GLOBAL):
             _reproducible(spec, student, case)
-    for case in (c for c in cases if c.device and spec.device):
-        args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, spec.forms[0], only)
-        what = f"{spec.name}({shown}) on {case.what}, on another device"
-        observed = prop.on_device(what, student, args, kwargs)
-        if judging():
-            prop.expect_device(what, observed)
+    if spec.device:
+        _on_device(spec, student, spec.name, cases)
 
 
 def _call_forms(
@@ -288,12 +278,11 @@ def _call_forms(
 ) -> list[tuple[str, Any]]:
     """``(what, result)`` of ``case`` in each distinct call form."""
     results = []
-    only, random = spec.keyword_only, spec.random == GLOBAL
-    for form in _forms(forms, spec.params, spec.defaults, case.inputs, only):
-        args, kwargs, shown = arrange(spec.params, spec.defaults, case.inputs, form, only)
+    for form in _forms(forms, lambda f: _arranged(spec, case.inputs, f)[2]):
+        args, kwargs, shown = _arranged(spec, case.inputs, form)
         what = f"{spec.name}({shown}) on {case.what}" + _left_out(spec, case, form)
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no other call
-        result = _call(what, student, args, kwargs, spec.params, random, spec.mutable)
+        result = _call(what, student, args, kwargs, spec, spec.random == GLOBAL)
         results.append((what, result))
     return results
 
@@ -312,28 +301,40 @@ def _left_out(spec: Spec, case: Case, form: str) -> str:
     return f", relying on its default {' and '.join(left)}" if left else ""
 
 
+def _on_device(
+    spec: Spec | ModuleSpec, callee: Any, name: str, cases: Sequence[Case], mode: str = ""
+) -> None:
+    """The device property: every case (but those that say not) again on a second device;
+    ``mode``, "in train() mode ", names a module's mode (the module's own weights go too)."""
+    for case in (c for c in cases if c.device):
+        args, kwargs, shown = _arranged(spec, case.inputs)
+        what = f"{name}({shown}) on {case.what}, {mode}on another device"
+        modules = (callee,) if isinstance(spec, ModuleSpec) else ()
+        observed = prop.on_device(what, callee, args, kwargs, modules=modules)
+        if judging():
+            prop.expect_device(what, observed)
+
+
 def _first_pass(
     name: str,
     student: Any,
     spec: Spec | ModuleSpec,
     cases: Sequence[Case],
     forms: Sequence[Sequence[str]],
-    free: Sequence[str] = (),
 ) -> dict:
     """Every case called once, in reverse order, before the check's own calls: the runner then
     calls each again after other inputs, and a result that changed depends on earlier calls (a
     cache, a counter, state kept on a module): a failure that says so, in the notebook and in
     the trusted replay alike, not a verdict that depends on the order of calls. For a module,
     ``student`` is a second module built alike: state kept on a module shows too."""
-    params = spec.params if isinstance(spec, Spec) else spec.forward
     out = {}  # by the case's place in the table (two cases may share their words)
     for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
-        form = _forms(declared, params, spec.defaults, case.inputs, _only(spec))[0]
-        args, kwargs, shown = arrange(params, spec.defaults, case.inputs, form, _only(spec))
+        form = _forms(declared, lambda f, c=case: _arranged(spec, c.inputs, f)[2])[0]
+        args, kwargs, shown = _arranged(spec, case.inputs, form)
         what = f"{name}({shown}) on {case.what}, the first time"
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no later call
         try:
-            out[i] = _call(what, student, args, kwargs, params, False, free)
+            out[i] = _call(what, student, args, kwargs, spec)
         except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
             continue  # table's order, report it as the smallest failing input
     return out
@@ -369,9 +370,15 @@ def _raised(results: Any) -> Any:
 
 
 def _fresh(value: Any) -> Any:
-    """A copy of the containers and tensors in ``value`` (other objects as they are)."""
+    """A copy of the containers and tensors in ``value`` (other objects as they are). A view
+    stays a view of its own copy, strides and all: a drawn layout (course.domains) reaches the
+    student's code, where ``clone()`` would make a strided or expanded view contiguous."""
     if isinstance(value, torch.Tensor):
-        return value.clone()
+        base = value._base
+        if base is None or not base.is_contiguous():
+            return value.clone()
+        offset = value.storage_offset() - base.storage_offset()
+        return base.clone().as_strided(value.size(), value.stride(), offset)
     if isinstance(value, list | tuple):
         return type(value)(_fresh(v) for v in value)
     if isinstance(value, dict):
@@ -389,17 +396,13 @@ def _judge_case(
     """Observe the spec's properties on ``case``; then, on the trusted side only: the result's
     type and shape, the properties' judgements, the result's values (the reference is computed
     here and nowhere else)."""
-    params = spec.params if isinstance(spec, Spec) else spec.forward
-    random = isinstance(spec, Spec) and spec.random == GLOBAL
 
     def call_for(item: Property) -> Callable[[Mapping[str, Any]], Any]:
         what = f"{spec.name} on {case.what}, for the property: {item.name}"
-        free = spec.mutable if isinstance(spec, Spec) else ()
-        defaults = spec.defaults
 
         def call(inputs: Mapping[str, Any]) -> Any:
-            args, kwargs, _ = arrange(params, defaults, inputs, spec.forms[0], _only(spec))
-            return _call(what, student, args, kwargs, params, random, free)
+            args, kwargs, _ = _arranged(spec, inputs)
+            return _call(what, student, args, kwargs, spec, spec.random == GLOBAL)
 
         return call
 
@@ -420,10 +423,6 @@ def _judge_case(
     if expected is not None and case.compare:
         for what, got in results:
             prop.expect_result(got, expected, what, hint, case.strict)
-
-
-def _only(spec: Spec | ModuleSpec) -> tuple[str, ...]:
-    return spec.keyword_only if isinstance(spec, Spec) else ()
 
 
 def _first_tensor(result: Any) -> Any:
@@ -448,11 +447,9 @@ def _gradients(
     names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
     others = {k: v for k, v in case.inputs.items() if k not in names}
     what = f"gradients of {spec.name} on {case.what}"
-    params = spec.params if isinstance(spec, Spec) else spec.forward
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        full = {**case.inputs, **dict(zip(names, tensors, strict=True))}
-        args, kwargs, _ = arrange(params, spec.defaults, full, spec.forms[0], _only(spec))
+        args, kwargs, _ = _arranged(spec, {**case.inputs, **dict(zip(names, tensors, strict=True))})
         return pick(forward(*args, **kwargs))
 
     inputs = [case.inputs[n] for n in names]
@@ -473,11 +470,9 @@ def _reproducible(spec: Spec, student: Callable[..., Any], case: Case) -> None:
     for attempt in range(2):
         inputs = dict(case.inputs)
         inputs[name] = torch.Generator().manual_seed(1234)
-        args, kwargs, shown = arrange(
-            spec.params, spec.defaults, inputs, spec.forms[0], spec.keyword_only
-        )
+        args, kwargs, shown = _arranged(spec, inputs)
         what = f"{spec.name}({shown}) on {case.what}, generator seeded 1234 (call {attempt + 1})"
-        results.append((what, _call(what, student, args, kwargs, spec.params, False)))
+        results.append((what, _call(what, student, args, kwargs, spec)))
     if judging():
         prop.expect_reproducible(results[1][0], results[1][1], results[0][1])
 
@@ -507,9 +502,10 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
     for b, build in enumerate(spec.builds()):
         declared = dict(spec.parameters(build))
         weights = weights_for(declared, b)
-        forms = _forms(spec.init_forms, spec.init, spec.init_defaults, build.inputs)
+        arranged = functools.partial(arrange, spec.init, spec.init_defaults, build.inputs)
+        forms = _forms(spec.init_forms, lambda f, a=arranged: a(f)[2])
         for f, form in enumerate(forms):
-            args, kwargs, shown = arrange(spec.init, spec.init_defaults, build.inputs, form)
+            args, kwargs, shown = arranged(form)
             made = f"{spec.name}({shown})"
             module = _construct(made, student_class, args, kwargs)
             state = observe(f"{made}: parameters and buffers", lambda m=module: _state(m))
@@ -563,10 +559,10 @@ def _module_cases(
 
     def call(case: Case, forms: Sequence[str]) -> list[tuple[str, Any]]:
         results = []
-        for form in _forms(forms, spec.forward, spec.defaults, case.inputs):
-            args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, form)
+        for form in _forms(forms, lambda f: _arranged(spec, case.inputs, f)[2]):
+            args, kwargs, shown = _arranged(spec, case.inputs, form)
             what = f"{made}({shown}) on {case.what}"
-            results.append((what, _call(what, module, args, kwargs, spec.forward, False)))
+            results.append((what, _call(what, module, args, kwargs, spec)))
         return results
 
     observe(f"{made}.eval()", lambda: module.eval() and None)
@@ -580,7 +576,7 @@ def _module_cases(
     if not first or not cases:
         return
     case = cases[0]
-    args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, spec.forms[0])
+    args, kwargs, shown = _arranged(spec, case.inputs)
     what = f"{made}({shown}) on {case.what}"
     trained = observe(
         f"{what} in train() mode", lambda: _in_train(module, args, kwargs), random=True
@@ -593,15 +589,13 @@ def _module_cases(
         # in train() mode where that changes nothing: training-only paths meet backward too
         mode = "train" if build.deterministic else "eval"
         observe(f"{made}.{mode}()", lambda m=mode: getattr(module, m)() and None)
-        _module_gradients(spec, case, module, reference, weights)
+        # every named parameter too, against the reference with the same weights as leaves
+        leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
+        ours = functools.partial(reference, leaves)
+        _gradients(spec, case, module, ours, spec.output, lambda: _fresh_parameters(module), leaves)
     for mode in ("train", "eval"):
         observe(f"{made}.{mode}()", lambda m=mode: getattr(module, m)() and None)
-        for case in (c for c in cases if c.device):
-            args, kwargs, shown = arrange(spec.forward, spec.defaults, case.inputs, spec.forms[0])
-            what = f"{made}({shown}) on {case.what}, in {mode}() mode on another device"
-            observed = prop.on_device(what, module, args, kwargs, modules=(module,))
-            if judging():
-                prop.expect_device(what, observed)
+        _on_device(spec, module, made, cases, f"in {mode}() mode ")
 
 
 def _in_train(module: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -618,20 +612,6 @@ def _fresh_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
     for parameter in named.values():
         parameter.grad = None
     return named
-
-
-def _module_gradients(
-    spec: ModuleSpec,
-    case: Case,
-    module: Any,
-    reference: Callable,
-    weights: Mapping[str, torch.Tensor],
-) -> None:
-    """Gradients of the declared inputs and of every named parameter, against the reference
-    computed with the same weights as leaves."""
-    leaves = {n: w.clone().requires_grad_(True) for n, w in weights.items()}
-    twin = functools.partial(reference, leaves)
-    _gradients(spec, case, module, twin, spec.output, lambda: _fresh_parameters(module), leaves)
 
 
 # --- the notebook-facing check --------------------------------------------------------------

@@ -75,12 +75,9 @@ class VirtualDevice(TorchFunctionMode):
     # --- tags -----------------------------------------------------------------------------
     def tag(self, value: Any) -> Any:
         """Put ``value`` (a tensor, a module's parameters and buffers, containers) on the device."""
-        if isinstance(value, nn.Module):
-            for tensor in (*value.parameters(), *value.buffers()):
-                self._tagged[tensor] = True
-        else:
-            for tensor in _walk(value):
-                self._tagged[tensor] = True
+        module = isinstance(value, nn.Module)
+        for tensor in (*value.parameters(), *value.buffers()) if module else _walk(value):
+            self._tagged[tensor] = True
         return value
 
     def on_device(self, tensor: torch.Tensor) -> bool:

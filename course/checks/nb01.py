@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,142 +119,115 @@ def _encode(word: str, merges: list[Pair]) -> list[str]:
 # --- properties these checks alone use ----------------------------------------------------
 
 
-def _exact_type(name: str, kind: type, why: str) -> dict[str, Callable]:
-    """The result is exactly a ``kind`` where the text says so (a tuple, to be a dict key)."""
-
-    def judge(case: Any, got: Any, expected: Any, seen: Any) -> None:
-        expect(
-            type(got) is kind,
-            f"{name} on {case.what} returned {an(type_name(got))}; the exercise text says a "
-            f"{kind.__name__}: {why} (the property violated: the stated return type).",
-            f"Return a {kind.__name__}: {why}.",
-        )
-
-    return {"judge": judge}
+def _a_tuple(case: Any, got: Any, expected: Any, seen: Any) -> None:
+    """The result is exactly a tuple, as the text says: it is used as a dictionary key."""
+    why = "the result is used as a dictionary key"
+    expect(
+        type(got) is tuple,
+        f"merge_pair on {case.what} returned {an(type_name(got))}; the exercise text says a "
+        f"tuple: {why} (the property violated: the stated return type).",
+        f"Return a tuple: {why}.",
+    )
 
 
-def _same_counts(name: str, hint: str) -> dict[str, Callable]:
+def _same_counts(case: Any, got: Any, expected: dict, seen: Any) -> None:
     """A table of counts the text defines: name the first entry counted differently."""
+    wrong = [k for k in sorted(expected, key=repr) if got.get(k) != expected[k]]
+    if wrong:
+        raise CheckFailure(
+            f"count_pairs on {case.what}: {wrong[0]!r} counted {got[wrong[0]]!r} times, expected "
+            f"{expected[wrong[0]]} ({len(wrong)} entries differ; the property violated: the "
+            "counts the exercise text defines).",
+            COUNT_HINT,
+        )
 
-    def judge(case: Any, got: Any, expected: dict, seen: Any) -> None:
-        wrong = [k for k in sorted(expected, key=repr) if got.get(k) != expected[k]]
-        if wrong:
+
+def _same_steps(case: Any, got: Any, expected: list, seen: Any) -> None:
+    """The merges the text defines step by step: the first that differs, and why the text says
+    otherwise (:func:`_why`, computed on the trusted side only). A list stands for a tuple."""
+    steps = [tuple(s) if isinstance(s, list) else s for s in got]
+    for step, mine in enumerate(steps):
+        if step >= len(expected) or mine != expected[step]:
+            should = f"should be {expected[step]!r}" if step < len(expected) else "is extra"
             raise CheckFailure(
-                f"{name} on {case.what}: {wrong[0]!r} counted {got[wrong[0]]!r} times, expected "
-                f"{expected[wrong[0]]} ({len(wrong)} entries differ; the property violated: the "
-                "counts the exercise text defines).",
-                hint,
+                f"learn_bpe on {case.what}: merge {step + 1} {should}, got {mine!r}: "
+                f"{_why(case, step)} (the property violated: the steps the text defines).",
+                LEARN_HINT,
             )
 
-    return {"judge": judge}
 
-
-def _same_steps(name: str, noun: str, why: Callable[[Any, int], str], hint: str) -> dict:
-    """A sequence the text defines step by step: the first step that differs, and why the text
-    says otherwise (``why(case, step)``, computed on the trusted side only). A list stands for
-    a tuple step."""
-
-    def judge(case: Any, got: Any, expected: list, seen: Any) -> None:
-        steps = [tuple(s) if isinstance(s, list) else s for s in got]
-        for step, mine in enumerate(steps):
-            if step >= len(expected) or mine != expected[step]:
-                should = f"should be {expected[step]!r}" if step < len(expected) else "is extra"
-                raise CheckFailure(
-                    f"{name} on {case.what}: {noun} {step + 1} {should}, got {mine!r}: "
-                    f"{why(case, step)} (the property violated: the steps the text defines).",
-                    hint,
-                )
-
-    return {"judge": judge}
-
-
-def _normal_init(
-    name: str,
-    read: Callable[[Any], torch.Tensor],
-    std: Callable[[Any], float],
-    zero_rows: Callable[[Any], list[int]],
-    hint: str,
-) -> dict[str, Callable]:
-    """A table (``read(module)`` after ``__init__``) drawn from N(0, std^2), ``zero_rows``
-    exactly zero, every other row drawn on its own. Structural where the text fixes the
-    structure: where rows have 64 entries or more, every row's std within [std/2, 2 std] (for a
-    1000 x 64 table a false alarm has probability 2e-7), so an initialisation applied to part
-    of the table fails however small the part. Pooled, on tables of 5,000 entries or more: mean,
-    std, excess kurtosis (a uniform draw of the same std) and the correlation of neighbouring
-    rows (one vector broadcast to every row), each within 6 standard errors (a false alarm
-    about 2e-9 each by the normal approximation, which small tables do not meet)."""
-
-    def judge(case: Any, got: Any, expected: Any, table: Any) -> None:
-        if not isinstance(table, torch.Tensor) or table.dim() != 2:
-            return
-        table, sigma, zero = table.double(), std(case), zero_rows(case)
-        made = f"{name}({', '.join(map(repr, case.build.values()))})"
-        for row in zero:
-            expect(
-                bool((table[row] == 0).all()),
-                f"{made}: row {row} (the padding row) of the table is not all zeros after "
-                "__init__ (the property violated: the padding row is zero).",
-                "Re-initialising the table overwrites every row, the padding row included.",
-            )
-        keep = [r for r in range(table.size(0)) if r not in zero]
-        rows = table[keep]
-        spread = rows.std(dim=1) / sigma
-        odd = ((spread < 0.5) | (spread > 2) if rows.size(1) >= 64 else spread == 0).nonzero()
+def _initial_table(case: Any, got: Any, expected: Any, table: Any) -> None:
+    """The table after ``__init__`` drawn from N(0, 1/d_model), the padding row exactly zero,
+    every other row drawn on its own. Structural where the text fixes the structure: where rows
+    have 64 entries or more, every row's std within [std/2, 2 std] (for a 1000 x 64 table a false
+    alarm has probability 2e-7), so an initialisation applied to part of the table fails however
+    small the part. Pooled, on tables of 5,000 entries or more: mean, std, excess kurtosis (a
+    uniform draw of the same std) and the correlation of neighbouring rows (one vector broadcast
+    to every row), each within 6 standard errors (a false alarm about 2e-9 each by the normal
+    approximation, which small tables do not meet)."""
+    if not isinstance(table, torch.Tensor) or table.dim() != 2:
+        return
+    table, sigma, zero = table.double(), case.build["d_model"] ** -0.5, _pad_rows(case)
+    made = f"TokenEmbedding({', '.join(map(repr, case.build.values()))})"
+    hint = "Re-initialise the whole table with the normal distribution the text gives."
+    for row in zero:
         expect(
-            len(odd) == 0,
-            f"{made}: row {keep[int(odd[0])] if len(odd) else 0} of the table has std "
-            f"{spread[int(odd[0]) if len(odd) else 0].item() * sigma:.3g}, expected {sigma:.3g} "
-            "like every row (the property violated: the initial distribution, row by row).",
-            hint,
+            bool((table[row] == 0).all()),
+            f"{made}: row {row} (the padding row) of the table is not all zeros after "
+            "__init__ (the property violated: the padding row is zero).",
+            "Re-initialising the table overwrites every row, the padding row included.",
         )
-        n, mean, pooled = rows.numel(), rows.mean().item(), rows.std().item()
-        if n < 5_000:  # the normal approximations below hold for large tables only: a table
-            return  # of 44 entries gave a right answer a false alarm in 1.4% of seeds
-        kurtosis = ((rows / sigma) ** 4).mean().item() - 3  # E z^8 - (E z^4)^2 = 96
-        unit = rows / rows.norm(dim=1, keepdim=True)
-        neighbours = (unit[:-1] * unit[1:]).sum(dim=1).mean().item() if len(rows) > 1 else 0.0
+    keep = [r for r in range(table.size(0)) if r not in zero]
+    rows = table[keep]
+    spread = rows.std(dim=1) / sigma
+    odd = ((spread < 0.5) | (spread > 2) if rows.size(1) >= 64 else spread == 0).nonzero()
+    expect(
+        len(odd) == 0,
+        f"{made}: row {keep[int(odd[0])] if len(odd) else 0} of the table has std "
+        f"{spread[int(odd[0]) if len(odd) else 0].item() * sigma:.3g}, expected {sigma:.3g} "
+        "like every row (the property violated: the initial distribution, row by row).",
+        hint,
+    )
+    n, mean, pooled = rows.numel(), rows.mean().item(), rows.std().item()
+    if n < 5_000:  # the normal approximations below hold for large tables only: a table
+        return  # of 44 entries gave a right answer a false alarm in 1.4% of seeds
+    kurtosis = ((rows / sigma) ** 4).mean().item() - 3  # E z^8 - (E z^4)^2 = 96
+    unit = rows / rows.norm(dim=1, keepdim=True)
+    neighbours = (unit[:-1] * unit[1:]).sum(dim=1).mean().item() if len(rows) > 1 else 0.0
+    expect(
+        abs(mean) <= 6 * sigma / n**0.5
+        and abs(pooled / sigma - 1) <= 6 / (2 * n) ** 0.5
+        and abs(kurtosis) <= 6 * (96 / n) ** 0.5
+        and abs(neighbours) <= 6 / (rows.size(1) * max(len(rows) - 1, 1)) ** 0.5,
+        f"{made}: the table's entries have mean {mean:.3g}, std {pooled:.3g}, excess "
+        f"kurtosis {kurtosis:.2f} and neighbouring rows correlate {neighbours:.2f}; the "
+        f"exercise asks for every entry drawn from N(0, {sigma:.3g}^2) on its own (mean "
+        "0, kurtosis 0, no correlation; the property violated: the initial distribution).",
+        hint,
+    )
+
+
+def _padding_gradient(student: Any, case: Any, call: Callable) -> Any:
+    """The gradient of the table from a backward of the module's output on the case's ids."""
+
+    def backward() -> Any:
+        named = dict(student.named_parameters())
+        grads = gradients(lambda ids: student(ids), [case.inputs["token_ids"]], named)
+        return grads["parameters"].get("embedding.weight")
+
+    return observe(f"{case.what}: the gradient of `embedding.weight`", backward)
+
+
+def _no_padding_gradient(case: Any, got: Any, expected: Any, grad: Any) -> None:
+    """The padding row, which the text says never learns, gets exactly zero gradient."""
+    for row in _pad_rows(case) if isinstance(grad, torch.Tensor) else []:
         expect(
-            abs(mean) <= 6 * sigma / n**0.5
-            and abs(pooled / sigma - 1) <= 6 / (2 * n) ** 0.5
-            and abs(kurtosis) <= 6 * (96 / n) ** 0.5
-            and abs(neighbours) <= 6 / (rows.size(1) * max(len(rows) - 1, 1)) ** 0.5,
-            f"{made}: the table's entries have mean {mean:.3g}, std {pooled:.3g}, excess "
-            f"kurtosis {kurtosis:.2f} and neighbouring rows correlate {neighbours:.2f}; the "
-            f"exercise asks for every entry drawn from N(0, {sigma:.3g}^2) on its own (mean "
-            "0, kurtosis 0, no correlation; the property violated: the initial distribution).",
-            hint,
+            bool((grad[row] == 0).all()),
+            f"TokenEmbedding on {case.what}: row {row} of `embedding.weight` (the padding row) "
+            "received a gradient; the exercise says it never does (the property violated: no "
+            "gradient where the contract says none).",
+            "nn.Embedding knows which row is padding only if it is told.",
         )
-
-    return {"observe": fresh(read, "the table after __init__"), "judge": judge}
-
-
-def _zero_gradient_rows(
-    name: str, params: Sequence[str], parameter: str, rows: Callable[[Any], list[int]], hint: str
-) -> dict[str, Callable]:
-    """Rows of ``parameter`` the text says never learn get exactly zero gradient (a backward
-    of the module's output on the case's inputs, called positionally in ``params`` order)."""
-
-    def run(student: Any, case: Any, call: Callable) -> Any:
-        args = [case.inputs[p] for p in params if p in case.inputs]
-
-        def backward() -> Any:
-            named = dict(student.named_parameters())
-            grads = gradients(lambda *a: student(*a), args, named)["parameters"]
-            return grads.get(parameter)
-
-        return observe(f"{case.what}: the gradient of `{parameter}`", backward)
-
-    def judge(case: Any, got: Any, expected: Any, grad: Any) -> None:
-        for row in rows(case) if isinstance(grad, torch.Tensor) else []:
-            expect(
-                bool((grad[row] == 0).all()),
-                f"{name} on {case.what}: row {row} of `{parameter}` (the padding row) received "
-                "a gradient; the exercise says it never does (the property violated: no "
-                "gradient where the contract says none).",
-                hint,
-            )
-
-    return {"observe": run, "judge": judge}
 
 
 # --- Exercises 1.1 to 1.4 --------------------------------------------------------------------
@@ -268,7 +241,7 @@ count_pairs = check(Spec(
     params=("word_freqs",), forms=(POSITIONAL,), reference=_count, hint=COUNT_HINT,
     cases=lambda: [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
     + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})],
-    properties=(Property("pair counts", **_same_counts("count_pairs", COUNT_HINT)),),
+    properties=(Property("pair counts", _same_counts),),
 ))  # fmt: skip
 
 MERGE_INPUTS: list[tuple[Symbols, Pair]] = [
@@ -288,8 +261,7 @@ merge_pair = check(Spec(
     params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge, hint=MERGE_HINT,
     cases=lambda: [Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p})
                    for s, p in MERGE_INPUTS],
-    properties=(Property("a tuple", **_exact_type(
-        "merge_pair", tuple, "the result is used as a dictionary key")),),
+    properties=(Property("a tuple", _a_tuple),),
 ))  # fmt: skip
 
 LEARN_HINT = (
@@ -311,8 +283,7 @@ learn_bpe = check(Spec(
         Case("a corpus of one two-letter word, 5 merges asked",
              {"word_freqs": {("a", "b</w>"): 3}, "num_merges": 5, "progress": False}),
     ],
-    properties=(Property("the merges, step by step", **_same_steps(
-        "learn_bpe", "merge", _why, LEARN_HINT)),),
+    properties=(Property("the merges, step by step", _same_steps),),
 ))  # fmt: skip
 
 ENCODE_WORDS = [
@@ -436,12 +407,10 @@ token_embedding = check(ModuleSpec(
     "no gradient) and the factor sqrt(d_model) in forward.",
     properties=tuple(Property(name, **kwargs, applies=lambda case: case.grad) for name, kwargs in [
         ("constructor arguments", prop.stated_attributes("TokenEmbedding", _attributes, _stated)),
-        ("the initial table", _normal_init(
-            "TokenEmbedding", lambda m: m.embedding.weight, lambda case: case.build["d_model"] ** -0.5,
-            _pad_rows, "Re-initialise the whole table with the normal distribution the text gives.")),
-        ("no gradient to the padding row", _zero_gradient_rows(
-            "TokenEmbedding", ("token_ids",), "embedding.weight", _pad_rows,
-            "nn.Embedding knows which row is padding only if it is told.")),
+        ("the initial table", {"judge": _initial_table, "observe": fresh(
+            lambda m: m.embedding.weight, "the table after __init__")}),
+        ("no gradient to the padding row",
+         {"judge": _no_padding_gradient, "observe": _padding_gradient}),
         (".double()", prop.follows_double(
             "TokenEmbedding", ("token_ids",), "Keep the table's dtype: avoid hard-coding float32.")),
     ]),

@@ -29,6 +29,7 @@ from course.spec import (
     Spec,
     check,
 )
+from course.virtual import VIRTUAL
 
 
 def _reference(
@@ -163,6 +164,35 @@ CAUSAL_HINT = (
     "Query i may see keys 0..i, itself included (the exercise text), and the mask must be "
     "created directly on the requested `device`: torch's tensor constructors take a device."
 )
+
+
+def _on_devices(student: Any, case: Case, call: Any) -> list[dict[str, Any]]:
+    """Given a ``device`` argument naming the second device (:mod:`course.virtual`),
+    positionally and by name (as a string)."""
+    n = case.inputs["length"]
+    return [
+        prop.on_device(f"make_causal_mask({n!r}, <another device>)", student, (n, VIRTUAL)),
+        prop.on_device(f"make_causal_mask({n!r}, device='<another>')", student, (n,),
+                       {"device": VIRTUAL.type}),
+    ]  # fmt: skip
+
+
+def _device_judge(case: Case, got: Any, expected: Any, seen: list) -> None:
+    """Every result tensor lives on the device given, in either form."""
+    for form, observed in zip(("positionally", "by name"), seen, strict=True):
+        what = f"make_causal_mask on {case.what}, another device given {form}"
+        error = observed.get("error")
+        prop.expect(
+            error is None,
+            f"{what}: your code failed with {error} (the property violated: device).",
+            CAUSAL_HINT,
+        )
+        prop.expect(
+            all(d == "virtual" for d in observed.get("devices") or []),
+            f"{what}: the mask came back on the CPU: the device argument is ignored (the "
+            "property violated: device). On a GPU, masking a GPU tensor with it fails.",
+            CAUSAL_HINT,
+        )
 make_causal_mask = check(Spec(
     exercise="Exercise 2.3", title="causal mask", name="make_causal_mask",
     params=("length", "device"), defaults={"device": None}, forms=(POSITIONAL, KEYWORD, DEFAULTS),
@@ -171,8 +201,7 @@ make_causal_mask = check(Spec(
     cases=lambda: [Case(f"length {n}", {"length": n, "device": d}, device=False)
                    for n, d in ((1, None), (4, None), (7, None), (5, "cpu"))],
     hint=CAUSAL_HINT,
-    properties=(Property("the device argument", **attention.device_argument(
-        "make_causal_mask", lambda case: (case.inputs["length"],), CAUSAL_HINT)),),
+    properties=(Property("the device argument", _device_judge, _on_devices),),
 ))  # fmt: skip
 
 

@@ -10,6 +10,7 @@ projects; the parameter count is that of ``torch.nn.MultiheadAttention``. The ru
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ from course import properties as prop
 from course.check import exercise_check
 from course.domains import Tensors, causal_case
 from course.properties import attention, generator
+from course.properties.statistics import SHARED, independent, is_dropout_of
 from course.spec import (
     DEFAULTS,
     GLOBAL,
@@ -128,6 +130,109 @@ DROPOUT_HINT = (
 )
 
 
+def _per_head(case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """Multi-head attention returns the weights of every head, (batch, num_heads, Lq, Lk):
+    names a wrong number of heads (heads of num_heads features) or a missing head axis."""
+    mine, theirs = got[1], expected[1]
+    heads = theirs.shape[1]
+    prop.expect(
+        mine.dim() != 3,
+        f"on {case.what}, the attention weights have shape {tuple(mine.shape)}, without a "
+        f"head axis; expected {tuple(theirs.shape)}, the weights of every head, not an "
+        "average (the property violated: the per-head weights).",
+        MHA_HINT,
+    )
+    prop.expect(
+        mine.dim() != 4 or mine.shape[1] == heads,
+        f"on {case.what}, the attention weights have {mine.shape[1]} heads on axis 1, but "
+        f"num_heads={heads}: the number of heads is wrong (the property violated: num_heads "
+        "heads of d_model / num_heads features each).",
+        MHA_HINT,
+    )
+
+
+def _in_train(module: Any, case: Case, call: Any) -> dict[str, Any]:
+    """Eval and train outputs of a float64 copy of the module (so the solve that recovers the
+    weights is exact), with the projections the solve undoes."""
+    inputs = prop.widened(dict(case.inputs))
+
+    def run() -> dict[str, Any]:
+        twin = copy.deepcopy(module).double().eval()
+        evaluation = twin(**inputs)
+        trained = twin.train()(**inputs)
+        named = dict(twin.named_parameters())
+        state = {
+            f"{n}.{k[0]}": named.get(f"{n}.{k}") for n in ("w_o", "w_v") for k in ("weight", "bias")
+        }
+        return {
+            "eval": evaluation,
+            "train": trained,
+            "value": inputs["value"],
+            "state": {k: v.detach() if v is not None else None for k, v in state.items()},
+        }
+
+    return prop.observe(f"the module in train() mode on {case.what}", run, random=True)
+
+
+def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) -> None:
+    """Multi-head attention's dropout (0.3, 2 heads), in training mode: it acts on the
+    attention weights before they multiply V, and the weights returned are those before."""
+    if got[1].shape != expected[1].shape or got[0].shape != expected[0].shape:
+        return  # the shape speaks for itself
+    (out_e, w_e), (out_t, w_t) = seen["eval"], seen["train"]
+    what = f"in train() mode with dropout=0.3, on {case.what}"
+    if not torch.allclose(w_t, w_e, atol=1e-10):
+        state = (
+            "are the ones after dropout (zeros and 1/(1-p)-scaled values)"
+            if is_dropout_of(w_t, w_e, 0.3)
+            else "differ from those in eval mode"
+        )
+        raise prop.CheckFailure(
+            f"{what}, the returned attention weights {state}; return the weights before "
+            "dropout, the pattern the model computed (the property violated: the stated "
+            "result in training mode).",
+            DROPOUT_HINT,
+        )
+    prop.expect(
+        not torch.allclose(out_t, out_e, atol=1e-10),
+        f"{what}, the output equals the eval-mode output: dropout is never applied (the "
+        "property violated: training mode).",
+        DROPOUT_HINT,
+    )
+    mistake = _dropout_location({**seen, "train": out_t, "eval": out_e, "weights": w_e})
+    prop.expect(
+        mistake is None,
+        f"{what}, {mistake} (the property violated: training mode); dropout belongs on the "
+        "attention weights: each weight zeroed with probability p (the others scaled by "
+        "1/(1-p)) before they multiply V.",
+        DROPOUT_HINT,
+    )
+
+
+def _dropout_location(observed: dict[str, Any], heads: int = 2, p: float = 0.3) -> str | None:
+    """Where dropout acted: None when on the attention weights (the weights that multiplied V
+    are recovered from the output: undo ``w_o``, split the heads, solve against each head's
+    values), else the mistake in words."""
+    out_t, out_e, w_e, x = (observed[k] for k in ("train", "eval", "weights", "value"))
+    w_o, b_o, w_v, b_v = (observed["state"][k] for k in ("w_o.w", "w_o.b", "w_v.w", "w_v.b"))
+    b_o = torch.zeros(w_o.shape[0], dtype=w_o.dtype) if b_o is None else b_o
+    b_v = torch.zeros(w_v.shape[0], dtype=w_v.dtype) if b_v is None else b_v
+
+    def merged(out: torch.Tensor) -> torch.Tensor:  # undo w_o: (B, H, Lq, d_k)
+        return torch.linalg.solve(w_o.T, out - b_o, left=False).unflatten(-1, (heads, -1))
+
+    heads_t, heads_e = merged(out_t).transpose(1, 2), merged(out_e).transpose(1, 2)
+    v = (x @ w_v.T + b_v).unflatten(-1, (heads, -1)).transpose(1, 2)
+    used = heads_t @ torch.linalg.pinv(v)  # the weights that multiplied V
+    if torch.allclose(used @ v, heads_t, atol=1e-8) and is_dropout_of(used, w_e, p):
+        return None if independent(used.abs() < 1e-9, 2) else SHARED
+    if is_dropout_of(out_t, out_e, p):
+        return "dropout acts on the module's output (after w_o)"
+    if is_dropout_of(heads_t, heads_e, p):
+        return "dropout acts on the heads' outputs (weights @ V, before w_o)"
+    return "the output is not the values weighted by the attention weights after one dropout(p)"
+
+
 def _attention(
     build: Build, w: dict, buffers: Any, query: Any, key: Any, value: Any, mask: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,35 +279,26 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
     )
     pad4, causal = _padding([6, 2, 5, 3], 6), torch.ones(1, 6, 6, dtype=torch.bool).tril()
     cross = {"query": q, "key": k, "value": v}
+
+    def own(t: torch.Tensor, mask: Any = None) -> dict[str, Any]:  # self-attention's inputs
+        return {"query": t, "key": t, "value": t, "mask": mask}
+
     table = [
-        Case(
-            "self-attention, x (2, 5, d_model), no mask",
-            {"query": x, "key": x, "value": x, "mask": None},
-            grad=True,
-        ),
+        Case("self-attention, x (2, 5, d_model), no mask", own(x), grad=True),
         Case("cross-attention, 3 queries over 7 keys with other values", {**cross, "mask": None}),
         Case(
             "cross-attention with a (2, 1, 7) padding mask",
             {**cross, "mask": _padding([7, 4], 7)},
             grad=True,
         ),
-        Case(
-            "self-attention, 4 sequences of different lengths, (4, 1, 6) mask",
-            {"query": x4, "key": x4, "value": x4, "mask": pad4},
-        ),
-        Case(
-            "self-attention with a (1, 6, 6) causal mask",
-            {"query": x4, "key": x4, "value": x4, "mask": causal},
-        ),
-        Case(
-            "self-attention with a causal and padding mask (4, 6, 6)",
-            {"query": x4, "key": x4, "value": x4, "mask": causal & pad4},
-        ),
+        Case("self-attention, 4 sequences of different lengths, (4, 1, 6) mask", own(x4, pad4)),
+        Case("self-attention with a (1, 6, 6) causal mask", own(x4, causal)),
+        Case("self-attention with a causal and padding mask (4, 6, 6)", own(x4, causal & pad4)),
         Case(
             "cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
             {**cross, "mask": _padding([3, 6], 7).unsqueeze(1)},
         ),
-        Case("a batch of one, a single token", {"query": x1, "key": x1, "value": x1, "mask": None}),
+        Case("a batch of one, a single token", own(x1)),
         Case(
             "cross-attention, 3 queries over 4 keys (where dropout acts, in train mode)",
             {"query": q, "key": k[:, :4], "value": v[:, :4], "mask": None},
@@ -210,7 +306,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case(
             "self-attention where sequence 1 is all padding (fully masked rows: compared only "
             "on the other device, in train and eval mode)",
-            {"query": x4, "key": x4, "value": x4, "mask": _padding([6, 0, 5, 3], 6)},
+            own(x4, _padding([6, 0, 5, 3], 6)),
             compare=False,
         ),
     ]
@@ -274,9 +370,7 @@ multi_head_attention = check(
         output=lambda r: r[0],
         hint=MHA_HINT,
         properties=(
-            Property(
-                "the per-head weights", **attention.per_head_weights(lambda r: r[1], MHA_HINT)
-            ),
+            Property("the per-head weights", _per_head),
             Property(
                 "self.num_heads",
                 _keeps_num_heads,
@@ -291,8 +385,9 @@ multi_head_attention = check(
             ),
             Property(
                 "dropout on the attention weights",
+                _dropout_judge,
+                _in_train,
                 applies=lambda c: "dropout acts" in c.what,
-                **attention.dropout_on_attention(0.3, 2, DROPOUT_HINT),
             ),
             Property(
                 "a ValueError for indivisible sizes",

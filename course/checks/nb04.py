@@ -5,7 +5,7 @@ References hold no implementation of an exercise: the sinusoidal table is
 rotary embeddings are rotated by the Hugging Face ``transformers`` function of GPT-J (adjacent
 pairs, as in Su et al., 2021) on the angles ``m * theta_i`` of the text. A float32 table is as
 right as float32 angles allow: long tables and the module's buffer are compared with a tolerance
-that grows with the position (:func:`course.properties.expect_rows_close`), so the float32
+that grows with the position (:func:`_rows_close`), so the float32
 constructions of pytorch/examples, the Annotated Transformer and d2l pass.
 """
 
@@ -18,7 +18,9 @@ import torch
 from course import properties as prop
 from course.check import exercise_check
 from course.checks.reference import sinusoid_table
-from course.properties import generator, observe, positions
+from course.observe import REPLAY, current
+from course.properties import CheckFailure, expect, generator, observe, tolerance
+from course.properties.statistics import SHARED, dropout_rate, independent, is_dropout_of
 from course.spec import (
     DEFAULTS,
     KEYWORD,
@@ -39,7 +41,7 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
     """The text: a sequence longer than max_len raises a ValueError that says so."""
     return Property(
         "a ValueError beyond max_len",
-        applies=lambda c: c.grad,
+        applies=lambda c: c.grad and c.inputs["x"].shape[-1] == d_model,  # this build's cases
         **prop.refusal(
             ValueError,
             lambda m: m(torch.zeros(1, max_len + 1, d_model)),
@@ -51,18 +53,12 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
     )
 
 
-def _exactly(max_len: int) -> str:
-    return (
-        f"x of exactly max_len={max_len} positions (every length up to and including "
-        "max_len is allowed)"
-    )
-
-
 def _xs(d_model: int, shapes: list, max_len: int, offset: int, mode: str = "") -> list[Case]:
     g = generator(offset)
+    exactly = f"x of exactly max_len={max_len} positions (every length up to and including max_len"
     return [
         Case(
-            (_exactly(max_len) if n == max_len else f"x ({b}, {n}, {d_model})") + mode,
+            (f"{exactly} is allowed)" if n == max_len else f"x ({b}, {n}, {d_model})") + mode,
             {"x": torch.randn(b, n, d_model, generator=g)},
             grad=i == 1,
         )
@@ -76,6 +72,84 @@ TABLE_HINT = (
     "Columns 2i and 2i + 1 share one angle, whose exponent uses the even column index 2i; sin "
     "goes to the even column, cos to the odd one; positions start at 0."
 )
+
+
+def _first_row(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
+    """Row 0 of a sinusoidal table is (sin 0, cos 0, ...) = (0, 1, 0, 1, ...): the usual slips
+    (sin and cos swapped, positions from 1, no cosines, two halves) named from it."""
+    if got.shape != expected.shape:
+        return  # the shape speaks for itself
+    row, truth = got[0].double(), expected[0].double()
+    half = row.shape[0] // 2
+    near = lambda a, b: torch.allclose(a, b, atol=1e-4)  # noqa: E731
+    if near(row, truth):
+        return
+    if near(row, 1.0 - truth):
+        slip = "sin and cos are swapped (sin goes to the even columns)"
+    elif expected.shape[0] > 1 and near(row, expected[1].double()):
+        slip = "it equals the paper's PE[1]: positions must start at 0, not 1"
+    elif near(row, torch.zeros_like(row)):
+        slip = "it is all zeros, but cos 0 = 1 belongs in every odd column"
+    elif near(row[:half], 0 * row[:half]) and near(row[half:], 1 + 0 * row[half:]):
+        slip = "sines and cosines are in two halves, but the paper interleaves them"
+    else:
+        slip = "sin goes to the even columns, cos to the odd ones, positions from 0"
+    raise CheckFailure(
+        f"{case.what}: PE[0] should be (sin 0, cos 0, sin 0, ...) = (0, 1, 0, 1, ...); "
+        f"{slip} (the property violated: the first row of the formula).",
+        TABLE_HINT,
+    )
+
+
+def _rows_close(got: Any, expected: torch.Tensor, what: str, hint: str = TABLE_HINT) -> None:
+    """``got`` (..., L, d) against ``expected`` with a tolerance that grows with the position:
+    float32 angles near position p are about p * 1e-7 apart, so a table built in float32 (as
+    pytorch/examples, the Annotated Transformer and d2l do) is as right as float32 allows."""
+    expect(
+        isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(expected.shape),
+        f"{what} has shape {tuple(getattr(got, 'shape', ()))}, expected {tuple(expected.shape)}.",
+        hint,
+    )
+    allowed = 2e-5 + 4e-6 * torch.arange(expected.shape[-2], dtype=torch.float64)[:, None]
+    excess = (got.double() - expected.double()).abs() - allowed
+    if bool(torch.isfinite(got).all()) and bool((excess <= 0).all()):
+        return
+    index = tuple(int(i) for i in torch.unravel_index(excess.nan_to_num(1e9).argmax(), got.shape))
+    raise CheckFailure(
+        f"{what} differs from the formula: at index {index} yours is {got[index].item():.6g}, "
+        f"expected {expected[index].item():.6g}.",
+        hint,
+    )
+
+
+LONG = ((512, 32), (10000, 16))  # (max_len, d_model): long tables, as float32 allows
+
+
+def _long_tables(student: Any, case: Any, call_: Any) -> list[Any]:
+    return [prop.call(f"sinusoidal_table({n}, {d})", student, n, d) for n, d in LONG]
+
+
+def _long_judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
+    """Long tables within :func:`_rows_close` of the paper's; on a pass, a note where float32
+    angles cost precision."""
+    error = 0.0
+    for (n, d), table in zip(LONG, tables, strict=True):
+        what = f"sinusoidal_table({n}, {d})"
+        expect(
+            isinstance(table, torch.Tensor) and table.dtype == torch.float32,
+            f"{what} is not a float32 tensor (the property violated: the stated dtype).",
+        )
+        truth = sinusoid_table(n, d)
+        _rows_close(table, truth, what, "Positions start at 0 and run to max_len - 1.")
+        error = (table.double() - truth.double()).abs().max().item()
+    if error > 1e-5 and current().mode != REPLAY:
+        print(
+            f"Note: {what} is within {error:.1g} of the formula, as float32 angles allow. "
+            "Computing the angles in float64 and converting the finished table with "
+            ".float() makes it exact to float32 precision."
+        )
+
+
 sinusoidal_table = check(
     Spec(
         exercise="Exercise 4.1",
@@ -90,15 +164,12 @@ sinusoidal_table = check(
             for n, d in ((7, 6), (1, 4), (50, 16), (101, 64))
         ],
         properties=(
-            Property("PE[0] = (0, 1, 0, 1, ...)", **positions.sinusoid_first_row(TABLE_HINT)),
+            Property("PE[0] = (0, 1, 0, 1, ...)", _first_row),
             Property(
                 "long tables, as float32 allows",
+                _long_judge,
+                _long_tables,
                 applies=lambda c: c.inputs["max_len"] == 7,
-                **positions.close_by_position(
-                    [{"max_len": 512, "d_model": 32}, {"max_len": 10000, "d_model": 16}],
-                    lambda max_len, d_model: sinusoid_table(max_len, d_model),
-                    "sinusoidal_table",
-                ),
             ),
         ),
     )
@@ -114,6 +185,79 @@ ENCODING_HINT = (
 )
 
 
+def _buffers(module: Any, case: Any, call_: Any) -> dict[str, Any]:
+    def run() -> dict[str, Any]:
+        return {
+            "buffers": [n for n, _ in module.named_buffers()],
+            "saved": [k for k, v in module.state_dict().items() if v.numel() > 1],
+        }
+
+    return observe("the module's buffers and state_dict", run)
+
+
+def _buffer_judge(case: Any, got: Any, expected: Any, seen: dict[str, Any]) -> None:
+    """The text's fixed table is a non-persistent buffer ``pe``: it follows ``.to(device)``
+    and ``.double()``, is not trained and not saved in the ``state_dict``."""
+    expect(
+        "pe" in seen["buffers"],
+        f"the module has no buffer `pe` (buffers: {seen['buffers'] or 'none'}), so "
+        ".to(device) and .double() would not move the table (the property violated: the "
+        "table is a buffer).",
+        ENCODING_HINT,
+    )
+    expect(
+        not seen["saved"],
+        f"the module saves `{seen['saved'][0] if seen['saved'] else ''}` in its state_dict, "
+        "so in every checkpoint; the table is a formula, rebuilt in __init__ (the property "
+        "violated: a non-persistent buffer).",
+        ENCODING_HINT,
+    )
+
+
+def _in_train(module: Any, case: Any, call_: Any) -> Any:
+    def run() -> Any:
+        try:
+            return module.train()(**case.inputs)
+        finally:
+            module.eval()
+
+    return observe(f"the module in train mode on {case.what}", run, random=True)
+
+
+def _dropout_judge(case: Any, got: Any, expected: torch.Tensor, trained: Any) -> None:
+    """In training mode the output is ``dropout(0.3)`` of the eval-mode output
+    ``x + table[:L]`` (dropout acts on the sum, nothing else)."""
+    p, what, x = 0.3, f"in train mode with dropout=0.3, on {case.what}", case.inputs["x"]
+    if got.shape != expected.shape:
+        return  # the shape speaks for itself
+    expect(
+        isinstance(trained, torch.Tensor) and trained.shape == expected.shape,
+        f"{what}: the output has another shape than in eval mode.",
+        ENCODING_HINT,
+    )
+    expect(
+        isinstance(trained, torch.Tensor) and not torch.equal(trained, expected),
+        f"{what}: nothing was dropped (the property violated: training mode; dropout acts "
+        "in train mode).",
+        ENCODING_HINT,
+    )
+    if is_dropout_of(trained, expected, p):
+        expect(independent(trained == 0, 1), f"{what}: {SHARED}.", ENCODING_HINT)
+        dropout_rate(trained == 0, p, what, ENCODING_HINT)
+        return
+    if is_dropout_of(trained - (expected - x), x, p):
+        mistake = "dropout is applied to x before the encoding is added"
+    elif is_dropout_of(trained - x, expected - x, p):
+        mistake = "dropout is applied to the encoding alone"
+    else:
+        mistake = "the output is not x + table[:L] after one dropout of that probability"
+    raise CheckFailure(
+        f"{what}: {mistake} (the property violated: training mode); dropout acts on the "
+        "sum: each entry zeroed with probability p, the others scaled by 1/(1-p).",
+        ENCODING_HINT,
+    )
+
+
 def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
     """x + PE[:L], PE the module's buffer `pe` once it is found to be the paper's table within
     float32's precision (the paper's table itself when there is no such buffer)."""
@@ -121,7 +265,7 @@ def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Te
     paper = sinusoid_table(n, d)
     table = buffers.get("pe")
     if isinstance(table, torch.Tensor) and table.numel() == n * d:
-        positions.expect_rows_close(table.reshape(n, d), paper, "the buffer `pe`", TABLE_HINT)
+        _rows_close(table.reshape(n, d), paper, "the buffer `pe`")
         return x + table.reshape(n, d)[: x.size(1)].to(x.dtype)
     return x + paper[: x.size(1)].to(x.dtype)
 
@@ -152,27 +296,6 @@ def _encoding_builds() -> list[Build]:
     ]
 
 
-def _encoding_properties() -> tuple[Property, ...]:
-    name = "SinusoidalPositionalEncoding"
-    return (
-        Property(
-            "a non-persistent buffer `pe`", **positions.non_persistent_buffer("pe", ENCODING_HINT)
-        ),
-        Property(
-            "dropout on the sum",
-            applies=lambda c: c.inputs["x"].shape[-1] == 6,
-            **positions.dropout_on_sum(0.3, ENCODING_HINT),
-        ),
-        *(
-            Property(
-                p.name, p.judge, p.observe, lambda c, d=d: c.grad and c.inputs["x"].shape[-1] == d
-            )
-            for n, d in ((40, 16), (7, 6), (512, 8))
-            for p in [_too_long(n, d, name)]
-        ),
-    )
-
-
 sinusoidal_encoding = check(
     ModuleSpec(
         exercise="Exercise 4.2",
@@ -186,7 +309,17 @@ sinusoidal_encoding = check(
         reference=_encoding,
         gradients=("x",),
         hint=ENCODING_HINT,
-        properties=_encoding_properties(),
+        properties=(
+            Property("a non-persistent buffer `pe`", _buffer_judge, _buffers),
+            Property(
+                "dropout on the sum",
+                _dropout_judge,
+                _in_train,
+                applies=lambda c: c.inputs["x"].shape[-1] == 6,
+            ),
+            *(_too_long(n, d, "SinusoidalPositionalEncoding") for n, d in ((40, 16), (7, 6))),
+            _too_long(512, 8, "SinusoidalPositionalEncoding"),
+        ),
     )
 )
 
@@ -218,11 +351,7 @@ LEARNED = ModuleSpec(
     gradients=("x",),
     hint="One trainable vector per position; forward adds the vectors of positions 0..L-1, L "
     "being the length axis (after the batch), and raises a ValueError beyond max_len.",
-    properties=tuple(
-        Property(p.name, p.judge, p.observe, lambda c, d=d: c.grad and c.inputs["x"].shape[-1] == d)
-        for n, d in ((20, 8), (5, 3))
-        for p in [_too_long(n, d, "LearnedPositionalEmbedding")]
-    ),
+    properties=tuple(_too_long(n, d, "LearnedPositionalEmbedding") for n, d in ((20, 8), (5, 3))),
 )
 
 
@@ -260,59 +389,52 @@ def _rotated(x: torch.Tensor, positions: Any = None, base: float = 10000.0) -> t
 
 
 def _rope_cases() -> list[Case]:
-    f32, f64 = torch.float32, torch.float64
-    table = [
-        ("x (2, 3, 10, 16)", (2, 3, 10, 16), f32, None, None, None),
-        ("a float64 (1, 7, 6) input", (1, 7, 6), f64, None, None, "Keep the input's dtype."),
-        ("a (1, 1, 1, 4) input (one position)", (1, 1, 1, 4), f32, None, None, None),
-        ("a 2-D (12, 32) input", (12, 32), f64, None, None, None),
+    f32, f64, tensor = torch.float32, torch.float64, torch.tensor
+    table = [  # what, x's shape and dtype, the inputs besides x that the case gives, the hint
+        ("x (2, 3, 10, 16)", (2, 3, 10, 16), f32),
+        ("a float64 (1, 7, 6) input", (1, 7, 6), f64, {}, "Keep the input's dtype."),
+        ("a (1, 1, 1, 4) input (one position)", (1, 1, 1, 4), f32),
+        ("a 2-D (12, 32) input", (12, 32), f64),
         (
             "positions=5..11",
             (1, 7, 6),
             f64,
-            torch.arange(7) + 5,
-            None,
+            {"positions": torch.arange(7) + 5},
             "Use the `positions` argument when it is given instead of 0..L-1.",
         ),
         (
             "positions=[3, 0, 17, 2, 2, 40, 1] as float64 (floating point positions are allowed)",
             (1, 7, 6),
             f64,
-            torch.tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64),
-            None,
-            None,
+            {"positions": tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64)},
         ),
         (
             "positions=[0.5, 0, 2.25, 7, 1.5, 30.75, 3] in float64 (floating point positions are "
             "allowed: compute the angles from them)",
             (1, 7, 6),
             f64,
-            torch.tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64),
-            None,
+            {"positions": tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64)},
             "The angle is position * theta_i for any real position: do not round it or look it up.",
         ),
         (
             "(B, L) positions, one row per sequence, for x (3, 5, 8)",
             (3, 5, 8),
             f64,
-            torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]]),
-            None,
+            {"positions": tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]])},
             "positions may have the shape of x without its last axis: each sequence its own.",
         ),
         (
             "positions (2, 1, 5) for x (2, 2, 5, 8)",
             (2, 2, 5, 8),
             f32,
-            torch.tensor([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]]),
-            None,
+            {"positions": tensor([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])},
             "positions broadcasts to x's shape without its last axis.",
         ),
         (
             "base=100.0",
             (1, 7, 6),
             f64,
-            None,
-            100.0,
+            {"base": 100.0},
             "theta_i is computed from the `base` argument.",
         ),
     ]
@@ -321,13 +443,14 @@ def _rope_cases() -> list[Case]:
             what,
             {
                 "x": torch.randn(shape, generator=generator(i), dtype=dtype),
-                "positions": positions,
-                "base": 10000.0 if base is None else base,
+                "positions": None,
+                "base": 10000.0,
+                **(given[0] if given else {}),
             },
-            hint,
+            *given[1:],
             grad=i in (0, 5),
         )
-        for i, (what, shape, dtype, positions, base, hint) in enumerate(table)
+        for i, (what, shape, dtype, *given) in enumerate(table)
     ]
 
 
@@ -335,6 +458,69 @@ ROPE_HINT = (
     "Each adjacent pair (x[..., 2i], x[..., 2i+1]) at position m is rotated by the angle "
     "m * theta_i, theta_i = base^(-2i/d), positions counted from 0."
 )
+
+
+def _rotation(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
+    """A rotation by position: every vector keeps its norm, position 0 is unchanged, and the
+    adjacent pairs of the text are rotated (not the pairs (x_i, x_(i + d/2)))."""
+    if got.shape != expected.shape:
+        return  # the shape speaks for itself
+    x = case.inputs["x"].double()
+    bound = tolerance(got.dtype)
+    expect(
+        torch.allclose(got.double().norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4),
+        f"on {case.what}, the vector norms changed (the property violated: a rotation keeps "
+        "every length).",
+        ROPE_HINT,
+    )
+    if case.inputs.get("positions") is None:
+        expect(
+            torch.allclose(got[..., 0, :].double(), x[..., 0, :], **bound),
+            f"on {case.what}, the vectors at position 0 changed (the property violated: "
+            "angle 0 at position 0, positions count from 0).",
+            ROPE_HINT,
+        )
+    half = x.shape[-1] // 2
+    x = case.inputs["x"]
+    paired = torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
+    out = _rotated(**{**case.inputs, "x": paired}).unflatten(-1, (half, 2))
+    other = torch.cat((out[..., 0], out[..., 1]), dim=-1)
+    expect(
+        torch.allclose(got, expected, **bound) or not torch.allclose(got, other, **bound),
+        f"on {case.what}, the pairs (x_i, x_(i+d/2)) of the half-split layout were rotated; "
+        "this exercise rotates the adjacent pairs (x_2i, x_2i+1) (the property violated: "
+        "which coordinates form a pair).",
+        ROPE_HINT,
+    )
+
+
+def _placed(student: Any, case: Any, call_: Any, length: int = 12, dim: int = 32) -> list:
+    """One query and one key placed at every position 0..length-1."""
+    q, k = torch.randn(2, dim, generator=generator(99), dtype=torch.float64)
+    return [
+        prop.call(
+            f"apply_rope of one {n} at positions 0..{length - 1}",
+            student,
+            t.expand(length, dim).clone(),
+            names=("x",),
+        )
+        for n, t in (("query", q), ("key", k))
+    ]
+
+
+def _relative(case: Any, got: Any, expected: Any, rotated: list[Any]) -> None:
+    """RoPE's defining property: the score ``<R_m q, R_n k>`` depends only on ``m - n``, at
+    the tolerance the dtype allows."""
+    scores = rotated[0] @ rotated[1].T
+    expect(
+        torch.allclose(scores[1:, 1:], scores[:-1, :-1], **tolerance(scores.dtype)),
+        "score(m + 1, n + 1) differs from score(m, n) for one query and one key placed at "
+        "every pair of positions 0..11 (the property violated: the score depends only on "
+        "m - n).",
+        ROPE_HINT,
+    )
+
+
 rope = check(
     Spec(
         exercise="Exercise 4.4",
@@ -348,11 +534,12 @@ rope = check(
         gradients=("x",),
         hint=ROPE_HINT,
         properties=(
-            Property("a rotation", **positions.rotation(_rotated, ROPE_HINT)),
+            Property("a rotation", _rotation),
             Property(
                 "the score depends only on m - n",
+                _relative,
+                _placed,
                 applies=lambda c: c.what.startswith("x ("),
-                **positions.relative_scores("apply_rope", hint=ROPE_HINT),
             ),
         ),
     )
