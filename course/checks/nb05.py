@@ -68,8 +68,8 @@ class Probe(Case):
     dropped: bool = False  # a dropout=1.0 build: the train() output is stated
 
 
-def _is(kind: str) -> Callable[[Case], bool]:
-    return lambda case: bool(getattr(case, kind, None))
+def _dropped_case(case: Case) -> bool:
+    return bool(getattr(case, "dropped", False))
 
 
 # --- the reference: the paper's pre-LN layers as functions of the weights -------------------
@@ -102,25 +102,14 @@ def _ffn(w: Mapping, p: str, x: torch.Tensor) -> torch.Tensor:
     return _linear(w, f"{p}linear2", torch.relu(_linear(w, f"{p}linear1", x)))
 
 
-def _encoder_block(w: Mapping, p: str, x: torch.Tensor, mask: Any, heads: int) -> torch.Tensor:
-    h = _ln(w, f"{p}attn_residual.norm", x)
-    x = x + _mha(w, f"{p}self_attn", h, h, mask, heads)
-    return x + _ffn(w, f"{p}ffn.", _ln(w, f"{p}ffn_residual.norm", x))
-
-
-def _decoder_block(
-    w: Mapping,
-    p: str,
-    x: torch.Tensor,
-    memory: torch.Tensor,
-    tgt_mask: Any,
-    memory_mask: Any,
-    heads: int,
-) -> torch.Tensor:
-    h = _ln(w, f"{p}self_attn_residual.norm", x)
-    x = x + _mha(w, f"{p}self_attn", h, h, tgt_mask, heads)
-    h = _ln(w, f"{p}cross_attn_residual.norm", x)
-    x = x + _mha(w, f"{p}cross_attn", h, memory, memory_mask, heads)
+def _block(w: Mapping, p: str, x: torch.Tensor, heads: int, mask: Any, *memory: Any) -> Any:
+    """An encoder block, or with ``memory`` (the memory and its mask) a decoder block: each
+    sub-layer (self-attention, cross-attention, the FFN) as x + sublayer(LayerNorm(x))."""
+    steps = [("self_attn_residual" if memory else "attn_residual", "self_attn", None, mask)]
+    steps += [("cross_attn_residual", "cross_attn", *memory)] if memory else []
+    for residual, name, keys, m in steps:
+        h = _ln(w, f"{p}{residual}.norm", x)
+        x = x + _mha(w, f"{p}{name}", h, h if keys is None else keys, m, heads)
     return x + _ffn(w, f"{p}ffn.", _ln(w, f"{p}ffn_residual.norm", x))
 
 
@@ -132,34 +121,28 @@ def _embed(w: Mapping, p: str, ids: torch.Tensor, pad: int) -> torch.Tensor:
     return looked_up + sinusoid_table(ids.shape[1], d, table.dtype)
 
 
-def _encoder(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any) -> torch.Tensor:
-    mask = (ids != b["pad_id"])[:, None, :] if mask is None else mask
+def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory: Any) -> Any:
+    """The encoder, or with ``memory`` (the memory and its mask) the decoder: embeddings, the
+    blocks, the final norm. Without a mask: the padding mask of ``ids``, causal in a decoder."""
+    if mask is None:
+        length = ids.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool).tril() if memory else True
+        mask = (ids != b["pad_id"])[:, None, :] & causal
     x = _embed(w, p, ids, b["pad_id"])
     for i in range(b["num_layers"]):
-        x = _encoder_block(w, f"{p}layers.{i}.", x, mask, b["num_heads"])
-    return _ln(w, f"{p}norm", x)
-
-
-def _decoder(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, memory: Any, memory_mask: Any):
-    length = ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    tgt_mask = (ids != b["pad_id"])[:, None, :] & causal
-    x = _embed(w, p, ids, b["pad_id"])
-    for i in range(b["num_layers"]):
-        x = _decoder_block(w, f"{p}layers.{i}.", x, memory, tgt_mask, memory_mask, b["num_heads"])
+        x = _block(w, f"{p}layers.{i}.", x, b["num_heads"], mask, *memory)
     return _ln(w, f"{p}norm", x)
 
 
 # --- the parameters the text names ----------------------------------------------------------
 
 
+def _linear_params(p: str, outputs: int, inputs: int) -> dict[str, tuple[int, ...]]:
+    return {f"{p}.weight": (outputs, inputs), f"{p}.bias": (outputs,)}
+
+
 def _ffn_params(d: int, ff: int, p: str = "") -> dict[str, tuple[int, ...]]:
-    return {
-        f"{p}linear1.weight": (ff, d),
-        f"{p}linear1.bias": (ff,),
-        f"{p}linear2.weight": (d, ff),
-        f"{p}linear2.bias": (d,),
-    }
+    return _linear_params(f"{p}linear1", ff, d) | _linear_params(f"{p}linear2", d, ff)
 
 
 def _norm_params(d: int, p: str) -> dict[str, tuple[int, ...]]:
@@ -171,7 +154,7 @@ def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tupl
     out: dict[str, tuple[int, ...]] = {}
     for a in attentions:
         for n in ("w_q", "w_k", "w_v", "w_o"):
-            out |= {f"{p}{a}.{n}.weight": (d, d), f"{p}{a}.{n}.bias": (d,)}
+            out |= _linear_params(f"{p}{a}.{n}", d, d)
     out |= _ffn_params(d, ff, f"{p}ffn.")
     norms = ("self_attn_residual", "cross_attn_residual") if decoder else ("attn_residual",)
     for n in (*norms, "ffn_residual"):
@@ -231,8 +214,52 @@ def _read_by_name(cls: Any) -> Callable[..., Any]:
     return build
 
 
-def _module_check(spec: ModuleSpec) -> Callable[..., Any]:
-    """``check(spec)`` with the student's class read by the text's names (see above)."""
+# --- one check per module: builds from a table, the properties every module shares ----------
+
+PAD_WORDS = "padding invariance: a masked position never influences a real one"
+CAUSAL_WORDS = "causality: position t never sees a later position"
+PAD_HINT = "The mask says which keys are real; it must reach every attention that reads them."
+CAUSAL_HINT = "The self-attention's mask hides later positions."
+
+
+def _builds(init: tuple[str, ...], rows: tuple, cases: Callable) -> Callable[[], list[Build]]:
+    """One construction per row of constructor values, its forward cases ``cases(inputs)``;
+    train() computes what eval() does where dropout is 0."""
+
+    def make() -> list[Build]:
+        made = [dict(zip(init, values, strict=True)) for values in rows]
+        what = lambda i: ", ".join(f"{k} {v}" for k, v in i.items())  # noqa: E731
+        return [Build(what(i), i, functools.partial(cases, i), i["dropout"] == 0.0) for i in made]
+
+    return make
+
+
+def _adds(word: str) -> Callable[[Case], bool]:
+    """The cases that append what ``word`` names (padding, later positions)."""
+    return lambda case: word in getattr(case, "added", "")
+
+
+def _module_check(
+    rows: tuple, cases: Callable, dropped: tuple, *extra: Property, **fields: Any
+) -> Callable[..., Any]:
+    """The check of a module: one build per row of constructor values (``cases(inputs)`` its
+    forward cases), its class read by the text's names (above). Its properties: padding
+    invariance and causality on the cases that append padding or later positions, ``extra``,
+    then where dropout acts (``dropped``: what the output is when everything is dropped, that
+    in words, the property, the hint; see :func:`statistics.dropped_in_training`)."""
+    owner = fields["name"]
+    pad = attention.prefix_unchanged(owner, PAD_WORDS, PAD_HINT)
+    later = attention.prefix_unchanged(owner, CAUSAL_WORDS, CAUSAL_HINT)
+    where = statistics.dropped_in_training(owner, *dropped)
+    properties = (
+        Property("padding invariance", applies=_adds("pad"), **pad),
+        Property("causality", applies=_adds("later"), **later),
+        *extra,
+        Property("dropout's place", applies=_dropped_case, **where),
+    )
+    builds = _builds(fields["init"], rows, cases)
+    fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the stacks' specs state more
+    spec = ModuleSpec(builds=builds, init_forms=INIT_FORMS, properties=properties, **fields)
 
     def body(student: Any) -> None:
         run_module(spec, _read_by_name(student))
@@ -268,88 +295,56 @@ def _x(*shape: int, g: torch.Generator) -> torch.Tensor:
     return torch.randn(*shape, generator=g)
 
 
-PAD_WORDS = "padding invariance: a masked position never influences a real one"
-CAUSAL_WORDS = "causality: position t never sees a later position"
-
-
-def _invariance(owner: str) -> tuple[Property, ...]:
-    """Padding invariance and causality, on the cases that append padding or later positions."""
-    padded = attention.prefix_unchanged(
-        owner,
-        PAD_WORDS,
-        "The mask says which keys are real; it must reach every attention that reads them.",
-    )
-    causal = attention.prefix_unchanged(
-        owner, CAUSAL_WORDS, "The self-attention's mask hides later positions."
-    )
-    return (
-        Property(
-            "padding invariance", applies=lambda c: "pad" in getattr(c, "added", ""), **padded
-        ),
-        Property("causality", applies=lambda c: "later" in getattr(c, "added", ""), **causal),
-    )
-
-
-def _dropped(owner: str, expected_of: Callable, stated: str, violated: str, hint: str) -> Any:
-    return Property(
-        "dropout's place",
-        applies=_is("dropped"),
-        **statistics.dropped_in_training(owner, expected_of, stated, violated, hint),
-    )
+def _table(names: tuple[str, ...], rows: list[tuple], pad: int = 0) -> list[Case]:
+    """Cases from ``(what, *inputs)`` rows (``alone``, ``added`` after them for a probe that
+    appends what the text says cannot reach the first positions); the first ordinary case
+    compares gradients."""
+    out, grad = [], True
+    for what, *values in rows:
+        inputs, probe = dict(zip(names, values[: len(names)], strict=True)), values[len(names) :]
+        if probe:
+            out.append(Probe(what, inputs, alone=probe[0], added=probe[1], pad=pad))
+        else:
+            out.append(Probe(what, inputs, grad=grad, pad=pad))
+            grad = False
+    return out
 
 
 # --- Exercise 5.1 ---------------------------------------------------------------------------
 
 
-def _ffn_builds() -> list[Build]:
-    def cases(d: int) -> Callable[[], list[Case]]:
-        def make() -> list[Case]:
-            g = generator(10 + d)
-            shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
-            return [
-                Case(f"an input of shape {s}", {"x": _x(*s, g=g)}, grad=i == 0)
-                for i, s in enumerate(shapes)
-            ]
-
-        return make
-
-    def dropped() -> list[Case]:
-        return [
-            Probe("an input of shape (2, 3, 16)", {"x": _x(2, 3, D, g=generator(31))}, dropped=True)
-        ]
-
+def _ffn_cases(b: Mapping) -> list[Case]:
+    if b["dropout"] == 1.0:
+        x = _x(2, 3, D, g=generator(31))
+        return [Probe("an input of shape (2, 3, 16)", {"x": x}, dropped=True)]
+    d = b["d_model"]
+    g = generator(10 + d)
+    shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
     return [
-        Build("d_model 16, d_ff 32", {"d_model": D, "d_ff": FF, "dropout": 0.0}, cases(D)),
-        Build("dropout 0.3", {"d_model": 8, "d_ff": 12, "dropout": 0.3}, cases(8), False),
-        Build("dropout 1.0", {"d_model": D, "d_ff": FF, "dropout": 1.0}, dropped, False),
+        Case(f"an input of shape {s}", {"x": _x(*s, g=g)}, grad=i == 0)
+        for i, s in enumerate(shapes)
     ]
 
 
 feed_forward = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.1",
-        title="position-wise feed-forward network",
-        name="FeedForward",
-        init=("d_model", "d_ff", "dropout"),
-        init_defaults={"dropout": 0.0},
-        init_forms=INIT_FORMS,
-        forward=("x",),
-        builds=_ffn_builds,
-        parameters=lambda b: _ffn_params(b.inputs["d_model"], b.inputs["d_ff"]),
-        reference=lambda b, w, buffers, x: _ffn(w, "", x),
-        gradients=("x",),
-        properties=(
-            _dropped(
-                "FeedForward",
-                lambda case, state: state["linear2.bias"].expand_as(case.inputs["x"]),
-                "linear2's bias alone (every hidden activation is dropped)",
-                "dropout in its place, on the hidden activations only",
-                "The text says where dropout acts: on the hidden activations, between the layers.",
-            ),
-        ),
-        hint="The text gives the formula: expand to d_ff, ReLU, project back to d_model; dropout "
-        "acts on the hidden activations only.",
-    )
+    ((D, FF, 0.0), (8, 12, 0.3), (D, FF, 1.0)),
+    _ffn_cases,
+    (
+        lambda case, state: state["linear2.bias"].expand_as(case.inputs["x"]),
+        "linear2's bias alone (every hidden activation is dropped)",
+        "dropout in its place, on the hidden activations only",
+        "The text says where dropout acts: on the hidden activations, between the layers.",
+    ),
+    exercise="Exercise 5.1",
+    title="position-wise feed-forward network",
+    name="FeedForward",
+    init=("d_model", "d_ff", "dropout"),
+    forward=("x",),
+    parameters=lambda b: _ffn_params(b.inputs["d_model"], b.inputs["d_ff"]),
+    reference=lambda b, w, buffers, x: _ffn(w, "", x),
+    gradients=("x",),
+    hint="The text gives the formula: expand to d_ff, ReLU, project back to d_model; dropout "
+    "acts on the hidden activations only.",
 )
 
 
@@ -376,288 +371,173 @@ def _residual_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
         }
 
 
-def _residual_builds() -> list[Build]:
-    def cases(d: int) -> Callable[[], list[Case]]:
-        def make() -> list[Case]:
-            g, sub = generator(60 + d), _sublayer(d)
-            return [
-                Case(
-                    f"x of shape {s} (mean 1, scale 3) and an FFN as the sub-layer",
-                    {"x": 3 * _x(*s, d, g=g) + 1, "sublayer": sub},
-                    grad=i == 0,
-                )
-                for i, s in enumerate(((2, 5), (1, 3)))
-            ]
-
-        return make
-
-    def dropped() -> list[Case]:
-        return [
-            Probe(
-                "x of shape (2, 4, 16) and an FFN",
-                {"x": _x(2, 4, D, g=generator(70)), "sublayer": _sublayer(D)},
-                dropped=True,
-            )
-        ]
-
+def _residual_cases(b: Mapping) -> list[Case]:
+    if b["dropout"] == 1.0:
+        inputs = {"x": _x(2, 4, D, g=generator(70)), "sublayer": _sublayer(D)}
+        return [Probe("x of shape (2, 4, 16) and an FFN", inputs, dropped=True)]
+    d = b["d_model"]
+    g, sub = generator(60 + d), _sublayer(d)
     return [
-        Build("d_model 16", {"d_model": D, "dropout": 0.0}, cases(D)),
-        Build("d_model 8, dropout 0.3", {"d_model": 8, "dropout": 0.3}, cases(8), False),
-        Build("dropout 1.0", {"d_model": D, "dropout": 1.0}, dropped, False),
+        Case(
+            f"x of shape {s} (mean 1, scale 3) and an FFN as the sub-layer",
+            {"x": 3 * _x(*s, d, g=g) + 1, "sublayer": sub},
+            grad=i == 0,
+        )
+        for i, s in enumerate(((2, 5), (1, 3)))
     ]
 
 
 pre_norm_residual = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.2",
-        title="pre-LN residual connection",
-        name="PreNormResidual",
-        init=("d_model", "dropout"),
-        init_defaults={"dropout": 0.0},
-        init_forms=INIT_FORMS,
-        forward=("x", "sublayer"),
-        builds=_residual_builds,
-        parameters=lambda b: _norm_params(b.inputs["d_model"], "norm"),
-        reference=lambda b, w, buffers, x, sublayer: x + sublayer(_ln(w | buffers, "norm", x)),
-        gradients=("x",),
-        properties=(
-            Property(
-                "the pre-LN formula",
-                applies=lambda c: not _is("dropped")(c),
-                **prop.not_a_known_mistake(_residual_mistakes, PRE_LN, None),
-            ),
-            _dropped(
-                "PreNormResidual",
-                lambda case, state: case.inputs["x"],
-                "x itself (the sub-layer's output is dropped)",
-                "dropout in its place, on the sub-layer's output only; the residual path is never "
-                "dropped",
-                "The text's formula says which term dropout wraps.",
-            ),
-        ),
-        hint="Compare the two rows of the table in the text: in pre-LN, what does the residual "
-        "path carry, and what alone goes through the norm and dropout?",
-    )
+    ((D, 0.0), (8, 0.3), (D, 1.0)),
+    _residual_cases,
+    (
+        lambda case, state: case.inputs["x"],
+        "x itself (the sub-layer's output is dropped)",
+        "dropout in its place, on the sub-layer's output only; the residual path is never dropped",
+        "The text's formula says which term dropout wraps.",
+    ),
+    Property(
+        "the pre-LN formula",
+        applies=lambda c: not _dropped_case(c),
+        **prop.not_a_known_mistake(_residual_mistakes, PRE_LN, None),
+    ),
+    exercise="Exercise 5.2",
+    title="pre-LN residual connection",
+    name="PreNormResidual",
+    init=("d_model", "dropout"),
+    forward=("x", "sublayer"),
+    parameters=lambda b: _norm_params(b.inputs["d_model"], "norm"),
+    reference=lambda b, w, buffers, x, sublayer: x + sublayer(_ln(w | buffers, "norm", x)),
+    gradients=("x",),
+    hint="Compare the two rows of the table in the text: in pre-LN, what does the residual "
+    "path carry, and what alone goes through the norm and dropout?",
 )
 
 
 # --- Exercises 5.3 and 5.5: the blocks ------------------------------------------------------
 
-BLOCK = {"d_model": D, "num_heads": H, "d_ff": FF, "dropout": 0.0}
-SMALL_BLOCK = {"d_model": 8, "num_heads": 2, "d_ff": 12, "dropout": 0.3}
-KEEP_X = "x itself (every sub-layer's output is dropped)"
-WIRED = "dropout wired through every sub-layer, on the sub-layer's output only"
-WIRED_HINT = "Every sub-layer goes through its PreNormResidual wrapper, which owns the dropout."
-
-
-def _encoder_block_cases(d: int) -> Callable[[], list[Case]]:
-    def make() -> list[Case]:
-        g = generator(110 + d)
-        x, junk = _x(1, 5, d, g=g), 5 * _x(1, 4, d, g=g)
-        both = _key_mask([6, 3], 6) & _causal(6)
-        return [
-            Probe(
-                "5 positions and 4 masked padding positions appended",
-                {"x": torch.cat([x, junk], 1), "mask": _key_mask([5], 9)},
-                alone={"x": x, "mask": None},
-                added="the masked padding",
-            ),
-            Case(
-                "lengths [7, 4, 1] with a (B, 1, L) padding mask",
-                {"x": _x(3, 7, d, g=g), "mask": _key_mask([7, 4, 1], 7)},
-                grad=True,
-            ),
-            Case("batch 1, mask=None", {"x": _x(1, 5, d, g=g), "mask": None}),
-            Case("a (1, L, L) causal mask", {"x": _x(2, 6, d, g=g), "mask": _causal(6)}),
-            Case("a (B, L, L) mask: padding and causal", {"x": _x(2, 6, d, g=g), "mask": both}),
-        ]
-
-    return make
-
-
-def _dropped_block(decoder: bool) -> Callable[[], list[Case]]:
-    def make() -> list[Case]:
-        g = generator(140)
-        inputs = {"x": _x(2, 6, D, g=g)} | ({"memory": _x(2, 5, D, g=g)} if decoder else {})
-        return [Probe("x (2, 6, 16)", inputs, dropped=True)]
-
-    return make
-
-
-encoder_block = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.3",
-        title="encoder block",
-        name="EncoderBlock",
-        init=("d_model", "num_heads", "d_ff", "dropout"),
-        init_defaults={"dropout": 0.0},
-        init_forms=INIT_FORMS,
-        forward=("x", "mask"),
-        defaults={"mask": None},
-        forms=FORMS,
-        builds=lambda: [
-            Build("d_model 16, 4 heads", BLOCK, _encoder_block_cases(D)),
-            Build("d_model 8, 2 heads, dropout 0.3", SMALL_BLOCK, _encoder_block_cases(8), False),
-            Build("dropout 1.0", BLOCK | {"dropout": 1.0}, _dropped_block(False), False),
-        ],
-        parameters=lambda b: _block_params(b.inputs["d_model"], b.inputs["d_ff"], False),
-        reference=lambda b, w, buffers, x, mask=None: _encoder_block(
-            w | buffers, "", x, mask, b.inputs["num_heads"]
-        ),
-        gradients=("x",),
-        properties=(
-            *_invariance("EncoderBlock"),
-            _dropped("EncoderBlock", lambda c, s: c.inputs["x"], KEEP_X, WIRED, WIRED_HINT),
-        ),
-        hint="Each sub-layer goes through its own PreNormResidual wrapper; the mask belongs to the "
-        "attention; look at what MultiHeadAttention returns.",
-    )
+BLOCK_INIT = ("d_model", "num_heads", "d_ff", "dropout")
+BLOCKS = ((D, H, FF, 0.0), (8, 2, 12, 0.3), (D, H, FF, 1.0))
+BLOCK_DROPPED = (
+    lambda case, state: case.inputs["x"],
+    "x itself (every sub-layer's output is dropped)",
+    "dropout wired through every sub-layer, on the sub-layer's output only",
+    "Every sub-layer goes through its PreNormResidual wrapper, which owns the dropout.",
 )
 
 
-def _decoder_block_cases(d: int) -> Callable[[], list[Case]]:
-    def make() -> list[Case]:
-        g = generator(120 + d)
-        x, memory = _x(2, 6, d, g=g), _x(2, 5, d, g=g)
-        longer = torch.cat([memory, 4 * _x(2, 3, d, g=g)], 1)
-        return [
-            Probe(
-                "a causal mask, target positions 1-5 appended to position 0",
-                {"x": x, "memory": memory, "tgt_mask": _causal(6), "memory_mask": None},
-                alone={
-                    "x": x[:, :1],
-                    "memory": memory,
-                    "tgt_mask": _causal(1),
-                    "memory_mask": None,
-                },
-                added="the later target positions",
-            ),
-            Probe(
-                "3 masked padding rows appended to the memory",
-                {
-                    "x": x,
-                    "memory": longer,
-                    "tgt_mask": _causal(6),
-                    "memory_mask": _key_mask([5, 5], 8),
-                },
-                alone={"x": x, "memory": memory, "tgt_mask": _causal(6), "memory_mask": None},
-                added="the masked padding rows",
-            ),
-            Case(
-                "target lengths [5, 3], memory lengths [7, 2] (L_t = 5, L_s = 7)",
-                {
-                    "x": _x(2, 5, d, g=g),
-                    "memory": _x(2, 7, d, g=g),
-                    "tgt_mask": _key_mask([5, 3], 5) & _causal(5),
-                    "memory_mask": _key_mask([7, 2], 7),
-                },
-                grad=True,
-            ),
-            Case(
-                "batch 1, target 4, memory 6, a (1, L_t, L_t) causal mask, memory_mask=None",
-                {
-                    "x": _x(1, 4, d, g=g),
-                    "memory": _x(1, 6, d, g=g),
-                    "tgt_mask": _causal(4),
-                    "memory_mask": None,
-                },
-            ),
-            Case(
-                "target 6, memory 3 (L_t > L_s)",
-                {
-                    "x": _x(2, 6, d, g=g),
-                    "memory": _x(2, 3, d, g=g),
-                    "tgt_mask": _causal(6),
-                    "memory_mask": _key_mask([3, 1], 3),
-                },
-            ),
-        ]
+def _dropped_block(decoder: bool) -> list[Case]:
+    g = generator(140)
+    inputs = {"x": _x(2, 6, D, g=g)} | ({"memory": _x(2, 5, D, g=g)} if decoder else {})
+    return [Probe("x (2, 6, 16)", inputs, dropped=True)]
 
-    return make
+
+def _encoder_block_cases(b: Mapping) -> list[Case]:
+    if b["dropout"] == 1.0:
+        return _dropped_block(False)
+    d = b["d_model"]
+    g = generator(110 + d)
+    x, junk = _x(1, 5, d, g=g), 5 * _x(1, 4, d, g=g)
+    both = _key_mask([6, 3], 6) & _causal(6)
+    return _table(("x", "mask"), [
+        ("5 positions and 4 masked padding positions appended", torch.cat([x, junk], 1),
+         _key_mask([5], 9), {"x": x, "mask": None}, "the masked padding"),
+        ("lengths [7, 4, 1] with a (B, 1, L) padding mask", _x(3, 7, d, g=g),
+         _key_mask([7, 4, 1], 7)),
+        ("batch 1, mask=None", _x(1, 5, d, g=g), None),
+        ("a (1, L, L) causal mask", _x(2, 6, d, g=g), _causal(6)),
+        ("a (B, L, L) mask: padding and causal", _x(2, 6, d, g=g), both),
+    ])  # fmt: skip
+
+
+encoder_block = _module_check(
+    BLOCKS,
+    _encoder_block_cases,
+    BLOCK_DROPPED,
+    exercise="Exercise 5.3",
+    title="encoder block",
+    name="EncoderBlock",
+    init=BLOCK_INIT,
+    forward=("x", "mask"),
+    defaults={"mask": None},
+    forms=FORMS,
+    parameters=lambda b: _block_params(b.inputs["d_model"], b.inputs["d_ff"], False),
+    reference=lambda b, w, buffers, x, mask=None: _block(
+        w | buffers, "", x, b.inputs["num_heads"], mask
+    ),
+    gradients=("x",),
+    hint="Each sub-layer goes through its own PreNormResidual wrapper; the mask belongs to the "
+    "attention; look at what MultiHeadAttention returns.",
+)
+
+
+def _decoder_block_cases(b: Mapping) -> list[Case]:
+    if b["dropout"] == 1.0:
+        return _dropped_block(True)
+    d = b["d_model"]
+    g = generator(120 + d)
+    x, memory = _x(2, 6, d, g=g), _x(2, 5, d, g=g)
+    longer = torch.cat([memory, 4 * _x(2, 3, d, g=g)], 1)
+    whole = {"x": x, "memory": memory, "tgt_mask": _causal(6), "memory_mask": None}
+    return _table(("x", "memory", "tgt_mask", "memory_mask"), [
+        ("a causal mask, target positions 1-5 appended to position 0", x, memory, _causal(6),
+         None, whole | {"x": x[:, :1], "tgt_mask": _causal(1)}, "the later target positions"),
+        ("3 masked padding rows appended to the memory", x, longer, _causal(6),
+         _key_mask([5, 5], 8), whole, "the masked padding rows"),
+        ("target lengths [5, 3], memory lengths [7, 2] (L_t = 5, L_s = 7)", _x(2, 5, d, g=g),
+         _x(2, 7, d, g=g), _key_mask([5, 3], 5) & _causal(5), _key_mask([7, 2], 7)),
+        ("batch 1, target 4, memory 6, a (1, L_t, L_t) causal mask, memory_mask=None",
+         _x(1, 4, d, g=g), _x(1, 6, d, g=g), _causal(4), None),
+        ("target 6, memory 3 (L_t > L_s)", _x(2, 6, d, g=g), _x(2, 3, d, g=g), _causal(6),
+         _key_mask([3, 1], 3)),
+    ])  # fmt: skip
 
 
 decoder_block = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.5",
-        title="decoder block",
-        name="DecoderBlock",
-        init=("d_model", "num_heads", "d_ff", "dropout"),
-        init_defaults={"dropout": 0.0},
-        init_forms=INIT_FORMS,
-        forward=("x", "memory", "tgt_mask", "memory_mask"),
-        defaults={"tgt_mask": None, "memory_mask": None},
-        forms=FORMS,
-        builds=lambda: [
-            Build("d_model 16, 4 heads", BLOCK, _decoder_block_cases(D)),
-            Build("d_model 8, 2 heads, dropout 0.3", SMALL_BLOCK, _decoder_block_cases(8), False),
-            Build("dropout 1.0", BLOCK | {"dropout": 1.0}, _dropped_block(True), False),
-        ],
-        parameters=lambda b: _block_params(b.inputs["d_model"], b.inputs["d_ff"], True),
-        reference=lambda b, w, buffers, x, memory, tgt_mask=None, memory_mask=None: _decoder_block(
-            w | buffers, "", x, memory, tgt_mask, memory_mask, b.inputs["num_heads"]
-        ),
-        gradients=("x", "memory"),
-        properties=(
-            *_invariance("DecoderBlock"),
-            _dropped("DecoderBlock", lambda c, s: c.inputs["x"], KEEP_X, WIRED, WIRED_HINT),
-        ),
-        hint="Three pre-LN sub-layers in the order of the text; in cross-attention the queries come "
-        "from the decoder and the keys and values from the memory; each attention gets its mask.",
-    )
+    BLOCKS,
+    _decoder_block_cases,
+    BLOCK_DROPPED,
+    exercise="Exercise 5.5",
+    title="decoder block",
+    name="DecoderBlock",
+    init=BLOCK_INIT,
+    forward=("x", "memory", "tgt_mask", "memory_mask"),
+    defaults={"tgt_mask": None, "memory_mask": None},
+    forms=FORMS,
+    parameters=lambda b: _block_params(b.inputs["d_model"], b.inputs["d_ff"], True),
+    reference=lambda b, w, buffers, x, memory, tgt_mask=None, memory_mask=None: _block(
+        w | buffers, "", x, b.inputs["num_heads"], tgt_mask, memory, memory_mask
+    ),
+    gradients=("x", "memory"),
+    hint="Three pre-LN sub-layers in the order of the text; in cross-attention the queries come "
+    "from the decoder and the keys and values from the memory; each attention gets its mask.",
 )
 
 
 # --- Exercises 5.4 and 5.6: the stacks ------------------------------------------------------
 
-STACK_INIT = (
-    "vocab_size",
-    "d_model",
-    "num_heads",
-    "d_ff",
-    "num_layers",
-    "dropout",
-    "max_len",
-    "pad_id",
-)
+STACK_INIT = ("vocab_size", *BLOCK_INIT[:3], "num_layers", "dropout", "max_len", "pad_id")
 STACK_DEFAULTS = {"dropout": 0.0, "max_len": 512, "pad_id": 0}
 STACKS = (  # (vocab, d, heads, d_ff, layers, dropout, max_len, pad_id)
     (11, D, H, FF, 2, 0.0, 9, 3),
     (13, 8, 2, 12, 1, 0.0, 512, 0),
     (7, 8, 2, 16, 3, 0.2, 20, 6),
+    (11, D, H, FF, 2, 1.0, 9, 3),
 )
-DROPPED_STACK = (11, D, H, FF, 2, 1.0, 9, 3)
-BIAS_ONLY = (
-    "the final norm's bias at every position (the embeddings and every sub-layer's "
-    "output are dropped)"
+
+
+def _final_bias(case: Case, state: dict) -> torch.Tensor:
+    ids = next(v for k, v in case.inputs.items() if k.endswith("ids"))
+    return state["norm.bias"].expand(*ids.shape, -1)
+
+
+STACK_DROPPED = (
+    _final_bias,
+    "the final norm's bias at every position (the embeddings and every sub-layer's output are "
+    "dropped)",
+    "dropout wired through every constructor (the positional encoding and every block)",
+    "Pass `dropout` on to every module you build that takes it.",
 )
-STACK_WIRED = "dropout wired through every constructor (the positional encoding and every block)"
-STACK_HINT = "Pass `dropout` on to every module you build that takes it."
-
-
-def _stack_builds(cases: Callable[[Mapping], list[Case]]) -> Callable[[], list[Build]]:
-    def make() -> list[Build]:
-        builds = []
-        for values in (*STACKS, DROPPED_STACK):
-            inputs = dict(zip(STACK_INIT, values, strict=True))
-            builds.append(
-                Build(
-                    ", ".join(f"{k} {v}" for k, v in inputs.items()),
-                    inputs,
-                    functools.partial(cases, inputs),
-                    inputs["dropout"] == 0.0,
-                )
-            )
-        return builds
-
-    return make
-
-
-def _bias_everywhere(prefix: str) -> Callable[[Case, dict], torch.Tensor]:
-    def expected(case: Case, state: dict) -> torch.Tensor:
-        ids = next(v for k, v in case.inputs.items() if k.endswith("ids"))
-        return state[f"{prefix}norm.bias"].expand(*ids.shape, -1)
-
-    return expected
 
 
 def _encoder_cases(b: Mapping) -> list[Case]:
@@ -670,46 +550,33 @@ def _encoder_cases(b: Mapping) -> list[Case]:
     explicit[0, 0, 1] = False  # an explicit mask is used as given (it also hides a real token)
     real = _ids([5, 5], 5, pad, vocab, g)
     padded = torch.cat([real, torch.full((2, 3), pad)], 1)
-    return [
-        Probe(
-            "5 tokens and 3 pad tokens appended, mask=None",
-            {"ids": padded, "mask": None},
-            alone={"ids": real, "mask": None},
-            added="the pad tokens",
-        ),
-        Case("lengths [6, 3, 1], mask=None", {"ids": ids, "mask": None}, grad=True),
-        Case(
-            f"lengths [{width}] (max_len = {b['max_len']})",
-            {"ids": _ids([width], width, pad, vocab, g), "mask": None},
-        ),
-        Case("an explicit mask that also hides a real token", {"ids": ids, "mask": explicit}),
-    ]
+    return _table(("ids", "mask"), [
+        ("5 tokens and 3 pad tokens appended, mask=None", padded, None,
+         {"ids": real, "mask": None}, "the pad tokens"),
+        ("lengths [6, 3, 1], mask=None", ids, None),
+        (f"lengths [{width}] (max_len = {b['max_len']})", _ids([width], width, pad, vocab, g),
+         None),
+        ("an explicit mask that also hides a real token", ids, explicit),
+    ])  # fmt: skip
 
 
 encoder = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.4",
-        title="encoder",
-        name="Encoder",
-        init=STACK_INIT,
-        init_defaults=STACK_DEFAULTS,
-        init_forms=INIT_FORMS,
-        forward=("ids", "mask"),
-        defaults={"mask": None},
-        forms=FORMS,
-        builds=_stack_builds(_encoder_cases),
-        parameters=lambda b: _stack_params(b.inputs, b.inputs["vocab_size"], False),
-        reference=lambda b, w, buffers, ids, mask=None: _encoder(
-            w | buffers, "", b.inputs, ids, mask
-        ),
-        gradients=("ids",),  # the parameters' gradients (ids have none)
-        properties=(
-            *_invariance("Encoder"),
-            _dropped("Encoder", _bias_everywhere(""), BIAS_ONLY, STACK_WIRED, STACK_HINT),
-        ),
-        hint="Follow the text's three steps; the mask built from pad_id when none is given has "
-        "to reach every block.",
-    )
+    STACKS,
+    _encoder_cases,
+    STACK_DROPPED,
+    exercise="Exercise 5.4",
+    title="encoder",
+    name="Encoder",
+    init=STACK_INIT,
+    init_defaults=STACK_DEFAULTS,
+    forward=("ids", "mask"),
+    defaults={"mask": None},
+    forms=FORMS,
+    parameters=lambda b: _stack_params(b.inputs, b.inputs["vocab_size"], False),
+    reference=lambda b, w, buffers, ids, mask=None: _stack(w | buffers, "", b.inputs, ids, mask),
+    gradients=("ids",),  # the parameters' gradients (ids have none)
+    hint="Follow the text's three steps; the mask built from pad_id when none is given has "
+    "to reach every block.",
 )
 
 
@@ -722,55 +589,38 @@ def _decoder_cases(b: Mapping) -> list[Case]:
     ids = _ids([6, 3, 1], 6, pad, vocab, g)
     full = _ids([5, 5], 5, pad, vocab, g)
     longer = torch.cat([memory, 3 * _x(2, 2, d, g=g)], 1)
-    return [
-        Probe(
-            "target positions 1-4 appended to position 0",
-            {"tgt_ids": full, "memory": memory, "memory_mask": None},
-            alone={"tgt_ids": full[:, :1], "memory": memory, "memory_mask": None},
-            added="the later target positions",
-        ),
-        Probe(
-            "2 masked padding rows appended to the memory",
-            {"tgt_ids": full, "memory": longer, "memory_mask": _key_mask([4, 4], 6)},
-            alone={"tgt_ids": full, "memory": memory, "memory_mask": None},
-            added="the masked padding rows",
-        ),
-        Case(
-            "target lengths [6, 3, 1], memory lengths [4, 7, 2]",
-            {"tgt_ids": ids, "memory": _x(3, 7, d, g=g), "memory_mask": _key_mask([4, 7, 2], 7)},
-            grad=True,
-        ),
-        Case(
-            "target lengths [5, 5], memory 3 positions, memory_mask=None",
-            {"tgt_ids": full, "memory": _x(2, 3, d, g=g), "memory_mask": None},
-        ),
-    ]
+    whole = {"tgt_ids": full, "memory": memory, "memory_mask": None}
+    return _table(("tgt_ids", "memory", "memory_mask"), [
+        ("target positions 1-4 appended to position 0", full, memory, None,
+         whole | {"tgt_ids": full[:, :1]}, "the later target positions"),
+        ("2 masked padding rows appended to the memory", full, longer, _key_mask([4, 4], 6),
+         whole, "the masked padding rows"),
+        ("target lengths [6, 3, 1], memory lengths [4, 7, 2]", ids, _x(3, 7, d, g=g),
+         _key_mask([4, 7, 2], 7)),
+        ("target lengths [5, 5], memory 3 positions, memory_mask=None", full, _x(2, 3, d, g=g),
+         None),
+    ])  # fmt: skip
 
 
 decoder = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.6",
-        title="decoder",
-        name="Decoder",
-        init=STACK_INIT,
-        init_defaults=STACK_DEFAULTS,
-        init_forms=INIT_FORMS,
-        forward=("tgt_ids", "memory", "memory_mask"),
-        defaults={"memory_mask": None},
-        forms=FORMS,
-        builds=_stack_builds(_decoder_cases),
-        parameters=lambda b: _stack_params(b.inputs, b.inputs["vocab_size"], True),
-        reference=lambda b, w, buffers, tgt_ids, memory, memory_mask=None: _decoder(
-            w | buffers, "", b.inputs, tgt_ids, memory, memory_mask
-        ),
-        gradients=("memory",),
-        properties=(
-            *_invariance("Decoder"),
-            _dropped("Decoder", _bias_everywhere(""), BIAS_ONLY, STACK_WIRED, STACK_HINT),
-        ),
-        hint="The self-attention mask combines two masks (the text names both); every block gets "
-        "the memory and its mask; the stack ends with its norm.",
-    )
+    STACKS,
+    _decoder_cases,
+    STACK_DROPPED,
+    exercise="Exercise 5.6",
+    title="decoder",
+    name="Decoder",
+    init=STACK_INIT,
+    init_defaults=STACK_DEFAULTS,
+    forward=("tgt_ids", "memory", "memory_mask"),
+    defaults={"memory_mask": None},
+    forms=FORMS,
+    parameters=lambda b: _stack_params(b.inputs, b.inputs["vocab_size"], True),
+    reference=lambda b, w, buffers, tgt_ids, memory, memory_mask=None: _stack(
+        w | buffers, "", b.inputs, tgt_ids, None, memory, memory_mask
+    ),
+    gradients=("memory",),
+    hint="The self-attention mask combines two masks (the text names both); every block gets "
+    "the memory and its mask; the stack ends with its norm.",
 )
 
 
@@ -788,10 +638,7 @@ def _model_params(b: Build) -> dict[str, tuple[int, ...]]:
     i = b.inputs
     out = _stack_params(i, i["src_vocab_size"], False, "encoder.")
     out |= _stack_params(i, i["tgt_vocab_size"], True, "decoder.")
-    return out | {
-        TIED: (i["tgt_vocab_size"], i["d_model"]),
-        "output_projection.bias": (i["tgt_vocab_size"],),
-    }
+    return out | _linear_params("output_projection", i["tgt_vocab_size"], i["d_model"])
 
 
 def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -> torch.Tensor:
@@ -799,44 +646,25 @@ def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -
     if TIE_MARK in buffers:  # one tensor: the last weights loaded into it, the projection's
         w["decoder.embed.embedding.weight"] = w[TIED]
     mask = (src_ids != b.inputs["pad_id"])[:, None, :]
-    memory = _encoder(w, "encoder.", b.inputs, src_ids, mask)
-    return _linear(w, "output_projection", _decoder(w, "decoder.", b.inputs, tgt_ids, memory, mask))
+    memory = _stack(w, "encoder.", b.inputs, src_ids, mask)
+    hidden = _stack(w, "decoder.", b.inputs, tgt_ids, None, memory, mask)
+    return _linear(w, "output_projection", hidden)
 
 
 def _model_cases(b: Mapping) -> list[Case]:
-    g, pad, sv, tv = (
-        generator(310 + b["num_layers"]),
-        b["pad_id"],
-        b["src_vocab_size"],
-        b["tgt_vocab_size"],
-    )
-    src, tgt = _ids([7, 4, 2], 7, pad, sv, g), _ids([5, 5, 3], 5, pad, tv, g)
+    g, pad, sv, tv = generator(310 + b["num_layers"]), b["pad_id"], *MODEL_INIT[:2]
+    src, tgt = _ids([7, 4, 2], 7, pad, b[sv], g), _ids([5, 5, 3], 5, pad, b[tv], g)
     if b["dropout"] == 1.0:
         return [Probe("a batch of 3", {"src_ids": src, "tgt_ids": tgt}, dropped=True, pad=pad)]
-    real, tgt2 = _ids([6, 6], 6, pad, sv, g), _ids([5, 5], 5, pad, tv, g)
+    real, tgt2 = _ids([6, 6], 6, pad, b[sv], g), _ids([5, 5], 5, pad, b[tv], g)
     longer = torch.cat([real, torch.full((2, 3), pad)], 1)
-    return [
-        Probe(
-            "target positions 1-4 appended to position 0",
-            {"src_ids": real, "tgt_ids": tgt2},
-            alone={"src_ids": real, "tgt_ids": tgt2[:, :1]},
-            added="the later target positions",
-            pad=pad,
-        ),
-        Probe(
-            "3 pad tokens appended to the source",
-            {"src_ids": longer, "tgt_ids": tgt2},
-            alone={"src_ids": real, "tgt_ids": tgt2},
-            added="the pad tokens",
-            pad=pad,
-        ),
-        Probe(
-            "a batch of 3 (source lengths [7, 4, 2])",
-            {"src_ids": src, "tgt_ids": tgt},
-            grad=True,
-            pad=pad,
-        ),
-    ]
+    whole = {"src_ids": real, "tgt_ids": tgt2}
+    return _table(("src_ids", "tgt_ids"), [
+        ("target positions 1-4 appended to position 0", real, tgt2,
+         {"src_ids": real, "tgt_ids": tgt2[:, :1]}, "the later target positions"),
+        ("3 pad tokens appended to the source", longer, tgt2, whole, "the pad tokens"),
+        ("a batch of 3 (source lengths [7, 4, 2])", src, tgt),
+    ], pad)  # fmt: skip
 
 
 def _logits_of_bias(case: Case, state: dict) -> torch.Tensor:
@@ -844,52 +672,31 @@ def _logits_of_bias(case: Case, state: dict) -> torch.Tensor:
     return F.linear(hidden, state[TIED], state["output_projection.bias"])
 
 
-def _model_builds() -> list[Build]:
-    out = []
-    for values in MODELS:
-        inputs = dict(zip(MODEL_INIT, values, strict=True))
-        out.append(
-            Build(
-                ", ".join(f"{k} {v}" for k, v in inputs.items()),
-                inputs,
-                functools.partial(_model_cases, inputs),
-                inputs["dropout"] == 0.0,
-            )
-        )
-    return out
-
-
 transformer = _module_check(
-    ModuleSpec(
-        exercise="Exercise 5.7",
-        title="encoder-decoder Transformer",
-        name="Transformer",
-        init=MODEL_INIT,
-        init_defaults=STACK_DEFAULTS,
-        init_forms=INIT_FORMS,
-        forward=("src_ids", "tgt_ids"),
-        builds=_model_builds,
-        parameters=_model_params,
-        reference=_model,
-        gradients=("src_ids",),  # the parameters' gradients
-        properties=(
-            *_invariance("Transformer"),
-            Property(
-                "encode and decode",
-                applies=lambda c: not getattr(c, "dropped", False),
-                **decoding.encode_then_decode("The text lists what encode and decode return."),
-            ),
-            _dropped(
-                "Transformer",
-                _logits_of_bias,
-                "output_projection(decoder.norm.bias) at every position",
-                "dropout wired through every constructor (encoder and decoder)",
-                "Pass `dropout` on to the encoder and the decoder.",
-            ),
-        ),
-        hint="The text lists what encode, decode and forward return; the source padding mask is "
-        "needed on both sides of the model; the logits are raw scores.",
-    )
+    MODELS,
+    _model_cases,
+    (
+        _logits_of_bias,
+        "output_projection(decoder.norm.bias) at every position",
+        "dropout wired through every constructor (encoder and decoder)",
+        "Pass `dropout` on to the encoder and the decoder.",
+    ),
+    Property(
+        "encode and decode",
+        applies=lambda c: not _dropped_case(c),
+        **decoding.encode_then_decode("The text lists what encode and decode return."),
+    ),
+    exercise="Exercise 5.7",
+    title="encoder-decoder Transformer",
+    name="Transformer",
+    init=MODEL_INIT,
+    init_defaults=STACK_DEFAULTS,
+    forward=("src_ids", "tgt_ids"),
+    parameters=_model_params,
+    reference=_model,
+    gradients=("src_ids",),  # the parameters' gradients
+    hint="The text lists what encode, decode and forward return; the source padding mask is "
+    "needed on both sides of the model; the logits are raw scores.",
 )
 
 
@@ -917,12 +724,7 @@ class _ReverseOracle(nn.Module):
         self.eval()
 
     def counts(self) -> dict[str, Any]:
-        return {
-            "encodes": self.encodes,
-            "in_training": self.in_training,
-            "without_mask": self.without_mask,
-            "training": self.training,
-        }
+        return {k: getattr(self, k) for k in ("encodes", "in_training", "without_mask", "training")}
 
     def encode(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.encodes += src_ids.shape[0]  # rows encoded
@@ -948,6 +750,7 @@ class _ReverseOracle(nn.Module):
         return self.decode(tgt_ids, *self.encode(src_ids))
 
 
+GREEDY_PARAMS = ("model", "src_ids", "max_new_tokens", "bos_id", "eos_id", "pad_id")
 GREEDY = (  # source words, width, max_new_tokens, (bos, eos, pad)
     ([[5, 6, 8, 9, 10], [9, 11], [8, 8, 11, 5]], 5, 10, (1, 2, 0)),
     ([[5, 6, 8, 9, 10], [9, 11], [8, 8, 11, 5]], 6, 3, (1, 2, 0)),
@@ -963,19 +766,10 @@ def _greedy_cases() -> list[Case]:
         src = torch.full((len(words), width), special[2], dtype=torch.long)
         for row, word in enumerate(words):
             src[row, : len(word)] = torch.tensor(word)
-        inputs = {
-            "model": _ReverseOracle(special, 400 + n),
-            "src_ids": src,
-            "max_new_tokens": steps,
-            **dict(zip(("bos_id", "eos_id", "pad_id"), special, strict=True)),
-        }
-        cases.append(
-            Case(
-                f"a batch of {len(words)} sources of width {width}, max_new_tokens "
-                f"{steps}, bos/eos/pad {special}",
-                inputs,
-            )
-        )
+        values = (_ReverseOracle(special, 400 + n), src, steps, *special)
+        what = f"a batch of {len(words)} sources of width {width}, max_new_tokens {steps}"
+        inputs = dict(zip(GREEDY_PARAMS, values, strict=True))
+        cases.append(Case(f"{what}, bos/eos/pad {special}", inputs))
     return cases
 
 
@@ -999,14 +793,15 @@ greedy_decode = check(
         exercise="Exercise 5.8",
         title="greedy decoding",
         name="greedy_decode",
-        params=("model", "src_ids", "max_new_tokens", "bos_id", "eos_id", "pad_id"),
+        params=GREEDY_PARAMS,
         defaults={"bos_id": 1, "eos_id": 2, "pad_id": 0},
         forms=FORMS,
         reference=_greedy_answer,
         cases=_greedy_cases,
         domains={  # "at most max_new_tokens": 0 steps included
-            "max_new_tokens": Numbers(0, lambda i: i["src_ids"].shape[1] + 2, integer=True,
-                                      interior=1),
+            "max_new_tokens": Numbers(
+                0, lambda i: i["src_ids"].shape[1] + 2, integer=True, interior=1
+            ),
         },
         properties=(
             Property(

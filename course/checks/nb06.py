@@ -21,6 +21,7 @@ same seeds, on the trusted side, which alone computes the reference (:func:`judg
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,7 @@ from course.domains import Numbers
 from course.observe import StudentError
 from course.properties import generator, modes, observe, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Property, Spec, check, judging
+from course.spec import DEFAULTS, GLOBAL, KEYWORD, POSITIONAL, Case, Property, Spec, check, judging
 from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
@@ -93,21 +94,18 @@ def _masking_twin(input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm
     return masked, torch.where(selected, input_ids, IGNORE_INDEX)
 
 
-def _masking_what(case: Any) -> str:
-    return f"mask_tokens on {case.what}"
-
-
 def _masking_parts(case: Any, got: Any) -> tuple:
-    i = case.inputs
-    masked, labels = (t.long() for t in got)
-    return i["input_ids"], i["special_tokens_mask"], masked, labels, i["mask_token_id"]
+    """The case in words, its ids and special-token mask, the result, the [MASK] id."""
+    i, (masked, labels) = case.inputs, (t.long() for t in got)
+    what = f"mask_tokens on {case.what}"
+    return what, i["input_ids"], i["special_tokens_mask"], masked, labels, i["mask_token_id"]
 
 
 def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> None:
     """What no random draw may break: special and padding tokens never selected, a label is
     -100 or the ORIGINAL id, only selected tokens replaced, replacements inside [0, vocab)."""
-    ids, special, masked, labels, _ = _masking_parts(case, got)
-    what, vocab = _masking_what(case), case.inputs["vocab_size"]
+    what, ids, special, masked, labels, _ = _masking_parts(case, got)
+    vocab = case.inputs["vocab_size"]
     selected, p = labels != IGNORE_INDEX, case.inputs.get("mlm_probability", 0.15)
     exact = [  # the ends of the probability: no draw decides there
         (selected, "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
@@ -160,8 +158,8 @@ def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> Non
     """Selection with probability ``mlm_probability``, each ordinary token independently (the
     spread of the counts per row and per position, neighbours uncorrelated), then 80% [MASK] /
     10% a random id / 10% kept among the selected, each token independently too."""
-    ids, special, masked, labels, mask_id = _masking_parts(case, got)
-    what, p, vocab = _masking_what(case), case.inputs["mlm_probability"], case.inputs["vocab_size"]
+    what, ids, special, masked, labels, mask_id = _masking_parts(case, got)
+    p, vocab = case.inputs["mlm_probability"], case.inputs["vocab_size"]
     ordinary, selected = ~special, labels != IGNORE_INDEX
     n, k = int(ordinary.sum()), int(selected.sum())
     z = proportion_z(k, n, p)
@@ -225,13 +223,13 @@ def _expect_mlm_id_range(case: Any, got: Any, expected: Any, seen: Any) -> None:
     vocabulary every id (but [MASK], which cannot be told apart) must appear among the visible
     replacements; each id has dozens of chances, so a right answer misses one with probability
     far below FALSE_ALARM."""
-    ids, _, masked, labels, mask_id = _masking_parts(case, got)
+    what, ids, _, masked, labels, mask_id = _masking_parts(case, got)
     visible = (labels != IGNORE_INDEX) & (masked != ids) & (masked != mask_id)
     drawn = set(masked[visible].tolist())
     missing = [v for v in range(case.inputs["vocab_size"]) if v != mask_id and v not in drawn]
     expect(
         not missing,
-        f"{_masking_what(case)}: among {int(visible.sum())} random replacements, the ids "
+        f"{what}: among {int(visible.sum())} random replacements, the ids "
         f"{missing[:8]} never appear. The property violated: random ids are drawn uniformly "
         f"from [0, vocab_size={case.inputs['vocab_size']}), every id, special ones included.",
         "Draw random ids from the whole vocabulary, 0 to vocab_size - 1 (torch's upper bound "
@@ -352,13 +350,19 @@ def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def _record_forwards(model: nn.Module, forwards: list[dict[str, Any]]) -> Any:
-    """Record, at each forward call, every sub-module's training flag and the grad mode."""
+def _watched(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """``run()`` and, at each forward call of ``model`` during it, every sub-module's training
+    flag and the grad mode."""
+    forwards: list[dict[str, Any]] = []
 
     def record(module: nn.Module, args: tuple) -> None:
         forwards.append({"modes": modes(module), "grad": torch.is_grad_enabled()})
 
-    return model.register_forward_pre_hook(record)
+    handle = model.register_forward_pre_hook(record)
+    try:
+        return run(), forwards
+    finally:
+        handle.remove()
 
 
 def _largest_difference(got: dict, expected: dict) -> tuple[float, str]:
@@ -388,10 +392,9 @@ SCHEDULES: dict[str, Callable[[int], float]] = {
 }
 NO_CLIP = 1e6
 BATCH_KEYS = ["attention_mask", "input_ids", "labels"]  # sorted
-KEYWORD, DEFAULT = "keyword", "default"  # how max_grad_norm is passed (or POSITIONAL)
 
-# (what, task, batch size of each step, length, schedule, max_grad_norm, call form, hint: what a
-# wrong update most likely means in this case). The course calls train_step positionally
+# (what, task, batch size of each step, length, schedule, max_grad_norm, how it is passed, hint:
+# what a wrong update most likely means in this case). The course calls train_step positionally
 # (fit in notebooks 06 to 08); by keyword and with the default left out are the other forms.
 STEP_CASES = (
     ("one step of a model left in eval mode, constant learning rate, no clipping", "sequence",
@@ -405,7 +408,7 @@ STEP_CASES = (
      "`max_grad_norm` (the argument): rescaling after the update, or with another norm, "
      "changes nothing."),
     ("one step with max_grad_norm left at its default (1.0)", "sequence", (6,), 9, "constant",
-     1.0, DEFAULT, "Left out, `max_grad_norm` is 1.0 (the signature's default): the gradient "
+     1.0, DEFAULTS, "Left out, `max_grad_norm` is 1.0 (the signature's default): the gradient "
      "is rescaled to that global norm before the update."),
     ("three steps with a decaying learning rate", "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
      POSITIONAL, "Step k must use the k-th learning rate of the schedule: the scheduler moves "
@@ -436,13 +439,8 @@ def _student_steps(student: Callable, case: tuple, offset: int) -> dict[str, Any
             args += (max_grad_norm,)
         elif form == KEYWORD:
             kwargs["max_grad_norm"] = max_grad_norm
-        forwards: list[dict[str, Any]] = []
-        handle = _record_forwards(model, forwards)
-        try:
-            with seeded(DROPOUT_SEED + k):  # the dropout masks of the reference step
-                loss = student(*args, **kwargs)
-        finally:
-            handle.remove()
+        with seeded(DROPOUT_SEED + k):  # the dropout masks of the reference step
+            loss, forwards = _watched(model, functools.partial(student, *args, **kwargs))
         replaced = sorted(key for key in originals if given.get(key) is not originals[key])
         steps.append(
             {
@@ -483,8 +481,7 @@ def _reference_steps(case: tuple, offset: int) -> list[dict[str, Any]]:
 
 def _step_case(student: Callable, case: tuple, offset: int) -> None:
     what = f"train_step, {case[0]}"
-    device = "the model's device"
-    observed = _observe(what, lambda: _student_steps(student, case, offset), device)
+    observed = _observe(what, lambda: _student_steps(student, case, offset), "the model's device")
     if not judging():
         return
     previous = _parameters(_tiny_bert(case[1], 3, 0.2, offset))
@@ -603,12 +600,8 @@ def _student_evaluation(student: Callable, case: tuple, offset: int, batches: li
     """(Inside observe) the student's evaluation of a freshly built model left in train mode,
     called as the course calls it: ``evaluate_accuracy(model, loader, device)``."""
     model = _tiny_bert(case[1], case[2], 0.5, offset).train()  # as after a training step
-    forwards: list[dict[str, Any]] = []
-    handle = _record_forwards(model, forwards)
-    try:
-        result = student(model, _loader(batches), torch.device("cpu"))
-    finally:
-        handle.remove()
+    run = functools.partial(student, model, _loader(batches), torch.device("cpu"))
+    result, forwards = _watched(model, run)
     return {"result": result, "forwards": forwards, "modes_after": modes(model),
             "parameters": _parameters(model)}  # fmt: skip
 

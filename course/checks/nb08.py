@@ -61,6 +61,16 @@ def _choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callabl
     return judge
 
 
+def _meanings(*items: tuple) -> tuple[Property, ...]:
+    """A property per item of the result, ``(name, pick, the item in words, what the text says
+    it is[, the cases it applies to])``: :func:`course.properties.meaning` on ``pick(result)``.
+    (Notebook 09's checks use it too.)"""
+    return tuple(
+        Property(name, prop.meaning(pick, label, text), applies=(*rest, lambda case: True)[0])
+        for name, pick, label, text, *rest in items
+    )
+
+
 # --- 8.1 masked mean pooling ------------------------------------------------------------------
 
 
@@ -194,15 +204,10 @@ apply_threshold = check(
         domains={"logits": Tensors(layouts=(), shifts=(-3e4, 3e4))},  # "of any size"; a constant
         properties=(
             Property("numeric range", **prop.overflow("apply_threshold", "logits")),
-            Property(
-                "the labels",
-                prop.meaning(
-                    lambda r: r,
-                    "the labels",
-                    "a row gets oos_id "
-                    "exactly when its largest softmax probability, over the classes, is below "
-                    "the threshold; a probability equal to it is kept",
-                ),
+            *_meanings(
+                ("the labels", lambda r: r, "the labels", "a row gets oos_id exactly when its "
+                 "largest softmax probability, over the classes, is below the threshold; a "
+                 "probability equal to it is kept"),
             ),
         ),  # fmt: skip
         hint="The confidence of a row is its largest softmax probability over the classes; "
@@ -461,24 +466,12 @@ fit_gaussians = check(
         reference=_sklearn_gaussians,
         cases=_gaussian_cases,
         device=False,  # tensors or NumPy arrays: the text states no device
-        properties=(
-            Property(
-                "the means",
-                prop.meaning(
-                    lambda r: r[0],
-                    "the intent means",
-                    "the average vector of each intent, over that intent's rows: (C, D)",
-                ),
-            ),
-            Property(
-                "the precision",
-                prop.meaning(
-                    lambda r: r[1],
-                    "the precision matrix",
-                    "the inverse of ONE covariance shared by all intents, of the rows centred on "
-                    "their own intent's mean, averaged over all N rows: (D, D)",
-                ),
-            ),
+        properties=_meanings(
+            ("the means", lambda r: r[0], "the intent means", "the average vector of each "
+             "intent, over that intent's rows: (C, D)"),
+            ("the precision", lambda r: r[1], "the precision matrix", "the inverse of ONE "
+             "covariance shared by all intents, of the rows centred on their own intent's mean, "
+             "averaged over all N rows: (D, D)"),
         ),  # fmt: skip
         hint="One covariance for all intents: every row centred on the mean of its own intent, "
         "the outer products averaged over all N rows (divided by N); precision is its inverse. "
@@ -527,20 +520,12 @@ mahalanobis_scores = check(
         params=("features", "means", "precision"),
         reference=_scipy_scores,
         cases=_score_cases,
-        properties=(
-            Property(
-                "the expansion",
-                prop.meaning(
-                    lambda r: r,
-                    "the scores",
-                    "your score equals "
-                    "(h - mu)^T P (h - mu) for every row and mean; it is right when the means "
-                    "are zero (h^T P h) and when the rows are zero (mu^T P mu), so a likely "
-                    "cause is the expansion of the squared distance, whose cross term (between "
-                    "h and mu) is off",
-                ),
-                applies=lambda case: "term" not in case.what,
-            ),
+        properties=_meanings(
+            ("the expansion", lambda r: r, "the scores", "your score equals (h - mu)^T P (h - mu) "
+             "for every row and mean; it is right when the means are zero (h^T P h) and when the "
+             "rows are zero (mu^T P mu), so a likely cause is the expansion of the squared "
+             "distance, whose cross term (between h and mu) is off",
+             lambda case: "term" not in case.what),
         ),  # fmt: skip
         hint="The score of a row h is the smallest over the classes of (h - mu)^T P (h - mu), P "
         "used as given and no square root. If you expanded the square, check each of its three "

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
+from course.checks.nb08 import _meanings
 from course.domains import Numbers
 from course.nn import MultiHeadAttention
 from course.properties import OneOf, decoding, generator, large_scores
@@ -83,21 +84,10 @@ lm_loss = check(
         reference=_loss,
         cases=_loss_cases,
         gradients=("logits",),
-        properties=(
-            Property(
-                "the loss",
-                prop.meaning(
-                    lambda r: r[0],
-                    "the loss",
-                    "the mean over every "
-                    "target that is not padding, in the whole batch: position t predicts token "
-                    "t + 1, padding ignored",
-                ),
-            ),
-            Property(
-                "the perplexity",
-                prop.meaning(lambda r: r[1], "the perplexity", "perplexity = exp(loss)"),
-            ),
+        properties=_meanings(
+            ("the loss", lambda r: r[0], "the loss", "the mean over every target that is not "
+             "padding, in the whole batch: position t predicts token t + 1, padding ignored"),
+            ("the perplexity", lambda r: r[1], "the perplexity", "perplexity = exp(loss)"),
         ),  # fmt: skip
         hint="The exercise text: position t predicts token t + 1, so the last position predicts "
         "nothing and the first token is never a target; a target equal to pad_id does not count, "
@@ -351,25 +341,11 @@ attend_with_cache = check(
         forms=("positional", "defaults"),
         reference=_cached_attention,
         cases=_cache_cases,
-        properties=(
-            Property(
-                "the cache",
-                prop.meaning(
-                    lambda r: r[1],
-                    "the new cache (keys, values)",
-                    "the cache grows by the new tokens: the past ones unchanged, then this "
-                    "step's, along the length axis",
-                ),
-            ),
-            Property(
-                "the output",
-                prop.meaning(
-                    lambda r: r[0],
-                    "the output",
-                    "equal to "
-                    "attention over the whole sequence so far under a causal mask, recomputed",
-                ),
-            ),
+        properties=_meanings(
+            ("the cache", lambda r: r[1], "the new cache (keys, values)", "the cache grows by "
+             "the new tokens: the past ones unchanged, then this step's, along the length axis"),
+            ("the output", lambda r: r[0], "the output", "equal to attention over the whole "
+             "sequence so far under a causal mask, recomputed"),
         ),  # fmt: skip
         hint="Follow the exercise text: project x with w_q, w_k, w_v, split into heads, append "
         "this step's keys and values to the cache along the length axis, and let new token i "
