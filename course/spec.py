@@ -572,7 +572,7 @@ def _module_cases(
     args, kwargs, shown = _arranged(spec, case.inputs)
     what = f"{made}({shown}) on {case.what}"
     trained = observe(
-        f"{what} in train() mode", lambda: _in_train(module, args, kwargs), random=True
+        f"{what} in train() mode", lambda: in_train(module, args, kwargs), random=True
     )
     if judging():
         prop.expect_modes_reach(what, trained["modes"])
@@ -591,7 +591,8 @@ def _module_cases(
         _on_device(spec, module, made, cases, f"in {mode}() mode ")
 
 
-def _in_train(module: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+def in_train(module: nn.Module, args: tuple, kwargs: Mapping) -> dict[str, Any]:
+    """The module's result in train() mode and every sub-module's mode there; then eval()."""
     module.train()
     try:
         return {"result": module(*args, **kwargs), "modes": prop.modes(module)}

@@ -31,6 +31,7 @@ from course.spec import (
     Property,
     Spec,
     check,
+    in_train,
     run_module,
 )
 
@@ -215,12 +216,7 @@ def _buffer_judge(case: Any, got: Any, expected: Any, seen: dict[str, Any]) -> N
 
 
 def _in_train(module: Any, case: Any, call_: Any) -> Any:
-    def run() -> Any:
-        try:
-            return module.train()(**case.inputs)
-        finally:
-            module.eval()
-
+    run = lambda: in_train(module, (), case.inputs)["result"]  # noqa: E731
     return observe(f"the module in train mode on {case.what}", run, random=True)
 
 
