@@ -63,10 +63,7 @@ class CheckResult:
                 f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError` "
                 "in the exercise cell with your code, run that cell, then run this check again."
             )
-        lines = [f"❌ {head}: {self.message}"]
-        if self.hint:
-            lines.append(f"   Hint: {self.hint}")
-        return "\n".join(lines)
+        return f"❌ {head}: {self.message}" + (f"\n   Hint: {self.hint}" if self.hint else "")
 
 
 class CheckFailed(AssertionError):

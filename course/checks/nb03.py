@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -95,15 +96,14 @@ SPLIT = Spec(
         ),
     ),
 )
-MERGE = Spec(
-    exercise="Exercise 3.1",
+MERGE = replace(  # the same exercise, hint and gradients; no refusal: every shape merges
+    SPLIT,
     title="merge heads",
     name="merge_heads",
     params=("x",),
     reference=lambda x: x.transpose(1, 2).flatten(2),
     cases=_merge_cases,
-    gradients=("x",),
-    hint=SPLIT_HINT,
+    properties=(),
 )
 
 
