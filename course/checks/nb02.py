@@ -133,7 +133,8 @@ scaled_dot_product_attention = check(Spec(
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
-    domains={"query": Tensors(layouts=(), scales=(1e5, -1e5), base=causal_case)},  # "of any size"
+    domains={"query": Tensors(scales=(1e5, -1e5), base=causal_case),  # "of any size"
+             "key": Tensors(), "value": Tensors()},  # any layout: views (no "contiguous" in the text)
     by_name=False,  # public code names them q, k, v; the course calls it positionally
     properties=(
         Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
