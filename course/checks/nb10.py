@@ -8,6 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from peft import LoraConfig  # imported with the module (about 2 s), not in the first check cell
+from peft.tuners.lora import Linear
 from torch import nn
 
 from course import properties as prop
@@ -30,9 +32,6 @@ def _linear(inputs: int, outputs: int, bias: bool, offset: int) -> nn.Linear:
 
 def _peft(base: nn.Linear, r: int, alpha: float, w: dict | None = None) -> nn.Module:
     """peft's LoRA layer on a copy of ``base``, in eval mode, with A and B from ``w``."""
-    from peft import LoraConfig
-    from peft.tuners.lora import Linear
-
     layer = Linear(copy.deepcopy(base), "default", LoraConfig(r=r, lora_alpha=alpha), r=r,
                    lora_alpha=alpha).eval()
     for name in ("A", "B") if w else ():
