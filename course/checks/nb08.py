@@ -61,16 +61,6 @@ def _choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callabl
     return judge
 
 
-def _meanings(*items: tuple) -> tuple[Property, ...]:
-    """A property per item of the result, ``(name, pick, the item in words, what the text says
-    it is[, the cases it applies to])``: :func:`course.properties.meaning` on ``pick(result)``.
-    (Notebook 09's checks use it too.)"""
-    return tuple(
-        Property(name, prop.meaning(pick, label, text), applies=(*rest, lambda case: True)[0])
-        for name, pick, label, text, *rest in items
-    )
-
-
 # --- 8.1 masked mean pooling ------------------------------------------------------------------
 
 
@@ -204,11 +194,11 @@ apply_threshold = check(
         domains={"logits": Tensors(layouts=(), shifts=(-3e4, 3e4))},  # "of any size"; a constant
         properties=(
             Property("numeric range", **prop.overflow("apply_threshold", "logits")),
-            *_meanings(
+            *(Property(**m) for m in prop.meanings(
                 ("the labels", lambda r: r, "the labels", "a row gets oos_id exactly when its "
                  "largest softmax probability, over the classes, is below the threshold; a "
                  "probability equal to it is kept"),
-            ),
+            )),
         ),  # fmt: skip
         hint="The confidence of a row is its largest softmax probability over the classes; "
         "compare that probability (not a logit) with the threshold.",
@@ -466,13 +456,13 @@ fit_gaussians = check(
         reference=_sklearn_gaussians,
         cases=_gaussian_cases,
         device=False,  # tensors or NumPy arrays: the text states no device
-        properties=_meanings(
+        properties=tuple(Property(**m) for m in prop.meanings(
             ("the means", lambda r: r[0], "the intent means", "the average vector of each "
              "intent, over that intent's rows: (C, D)"),
             ("the precision", lambda r: r[1], "the precision matrix", "the inverse of ONE "
              "covariance shared by all intents, of the rows centred on their own intent's mean, "
              "averaged over all N rows: (D, D)"),
-        ),  # fmt: skip
+        )),  # fmt: skip
         hint="One covariance for all intents: every row centred on the mean of its own intent, "
         "the outer products averaged over all N rows (divided by N); precision is its inverse. "
         "Use only the vectors you are given.",
@@ -520,13 +510,13 @@ mahalanobis_scores = check(
         params=("features", "means", "precision"),
         reference=_scipy_scores,
         cases=_score_cases,
-        properties=_meanings(
+        properties=tuple(Property(**m) for m in prop.meanings(
             ("the expansion", lambda r: r, "the scores", "your score equals (h - mu)^T P (h - mu) "
              "for every row and mean; it is right when the means are zero (h^T P h) and when the "
              "rows are zero (mu^T P mu), so a likely cause is the expansion of the squared "
              "distance, whose cross term (between h and mu) is off",
              lambda case: "term" not in case.what),
-        ),  # fmt: skip
+        )),  # fmt: skip
         hint="The score of a row h is the smallest over the classes of (h - mu)^T P (h - mu), P "
         "used as given and no square root. If you expanded the square, check each of its three "
         "terms against the direct formula on a few rows.",

@@ -532,22 +532,30 @@ def expect_same_again(
     raise depends_on_earlier_calls(what, f"{against}: {detail}")
 
 
-def meaning(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., None]:
-    """A judge for :class:`course.spec.Property`: ``pick(result)`` (one item of the result)
-    equals the reference's, and a mismatch says what that item means in the exercise text."""
+def meanings(*items: tuple) -> list[dict[str, Any]]:
+    """What each item of a result means: the fields of a :class:`course.spec.Property` per item,
+    ``(name, pick, the item in words, what the text says it is[, the cases it applies to])``.
+    ``pick(result)`` equals the reference's, and a mismatch says what that item means in the
+    exercise text."""
 
-    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
-        try:
-            what = f"{label} on {case.what}"
-            expect_result(pick(got), pick(expected), what, case.hint, case.strict)
-        except CheckFailure as failure:
-            if "(the property violated:" in failure.message:  # it names its own (numeric range)
-                raise
-            raise CheckFailure(
-                f"{failure.message} (the property violated: {text})", failure.hint
-            ) from None
+    def judge_of(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., None]:
+        def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
+            try:
+                what = f"{label} on {case.what}"
+                expect_result(pick(got), pick(expected), what, case.hint, case.strict)
+            except CheckFailure as failure:
+                if "(the property violated:" in failure.message:  # it names its own
+                    raise
+                raise CheckFailure(
+                    f"{failure.message} (the property violated: {text})", failure.hint
+                ) from None
 
-    return judge
+        return judge
+
+    return [
+        {"name": name, "judge": judge_of(pick, label, text), "applies": (*rest, lambda c: True)[0]}
+        for name, pick, label, text, *rest in items
+    ]
 
 
 def overflow(
