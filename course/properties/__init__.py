@@ -1,24 +1,10 @@
 """The checking library, by concept: each property written once, with its message.
 
-This module is the core, the properties the runner (:mod:`course.spec`) applies to every
-exercise; each observes the student's code through :func:`course.observe.observe` (so the verdict
-can be replayed where the student's code never runs) and fails with a message that names the
-property violated:
-
-* **inputs untouched**  :func:`call` compares every argument before and after the call;
-* **global state unchanged**  every observation (see :func:`course.observe.observe`);
-* **the stated result**  :func:`expect_result`: type, dtype, shape, values;
-* **device**  :func:`on_device` runs the code on a second device (:mod:`course.virtual`);
-* **training and eval mode**  :func:`modes`, :func:`expect_modes_reach`;
-* **gradients**  :func:`gradients` backpropagates a fixed random weighting of the output;
-* **results that depend only on the inputs**  :func:`expect_same_again`;
-* **the interface**  :func:`stated_attributes`, :func:`refusal` (the error the text states).
-
-The concepts that several exercises share have a module each: :mod:`.attention` (attention and
-masks), :mod:`.statistics` (randomness and dropout), :mod:`.decoding`. A property used by one
-check lives beside its spec in ``course/checks/`` (notebook 04's positions, every one). Inputs
-come from :func:`generator` (re-exported from :mod:`course.observe`); reference modules that
-need torch's global generator are built under :func:`seeded`.
+This module is the core: the properties the runner (:mod:`course.spec`) applies to every
+exercise, each observed through :func:`course.observe.observe` (so the verdict can be replayed
+where the student's code never runs) and failing with a message that names the property
+violated. Concepts that several exercises share have a module each (:mod:`.attention`,
+:mod:`.statistics`, :mod:`.decoding`); a property used by one check lives beside its spec.
 """
 
 from __future__ import annotations
