@@ -82,12 +82,9 @@ def call(
     free: Sequence[str] = (),
     **kwargs: Any,
 ) -> Any:
-    """``function(*args, **kwargs)`` observed: its result as plain data.
-
-    Fails when the call changed one of its arguments (a tensor, list or dict) in place: the
-    property "inputs untouched". ``names`` names the positional arguments in messages; the
-    arguments named in ``free`` may change (the exercise text allows it).
-    """
+    """``function(*args, **kwargs)`` observed: its result as plain data. Fails when the call
+    changed an argument in place ("inputs untouched"), but those in ``free`` (the text allows
+    it); ``names`` names the positional arguments in messages."""
     given = dict(enumerate(args)) | kwargs  # by position, then by name
     named = dict(enumerate(names[: len(args)])) | {k: k for k in kwargs}
     before = {k: None if named.get(k) in free else _snapshot(v) for k, v in given.items()}
@@ -115,11 +112,8 @@ def call(
 
 
 def construct(what: str, cls: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    """Build the student's module ``cls(*args, **kwargs)``; return it and its state dict.
-
-    In the trusted replay the module itself is an :class:`Absent` placeholder (it only ever
-    appears inside later observed calls) and the state dict is the recorded one.
-    """
+    """The student's module ``cls(*args, **kwargs)`` and its state dict; in the replay the module
+    is an :class:`Absent` placeholder (only later observed calls use it)."""
     built: list[Any] = []
 
     def build() -> dict[str, Any]:
@@ -142,12 +136,9 @@ def gradients(
     parameters: dict[str, torch.Tensor] | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Output and gradients of ``(forward(*inputs) * w).sum()`` for a fixed random ``w``.
-
-    Floating inputs get ``requires_grad``; returns ``{"output", "inputs": [grad or None],
-    "parameters": {name: grad or None}}``. Call it inside ``observe`` for the student's module
-    and directly for the reference, with the same ``seed``.
-    """
+    """Output and gradients (``{"output", "inputs": [grad], "parameters": {name: grad}}``, None
+    where none reaches) of ``(forward(*inputs) * w).sum()`` for a random ``w`` fixed by ``seed``:
+    observed for the student's code, called directly for the reference."""
     leaves = [
         x.detach().clone().requires_grad_(x.is_floating_point())
         if isinstance(x, torch.Tensor)
@@ -179,10 +170,9 @@ def observe_gradients(
     inputs: Sequence[torch.Tensor],
     parameters: Callable[[], dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, Any]:
-    """:func:`gradients` of the student's ``forward``, observed. An output cut from the graph
-    (``.detach()``, ``torch.no_grad()``) gives ``None`` gradients instead of an error, so the
-    check can say which input or parameter gets no gradient. ``parameters`` is called inside the
-    observation (it reads the student's module)."""
+    """:func:`gradients` of the student's ``forward``, observed (``parameters()`` read inside). An
+    output cut from the graph gives ``None`` gradients, not an error, so the message can say
+    which input or parameter gets none."""
 
     def run() -> dict[str, Any]:
         params = parameters() if parameters is not None else None
@@ -220,8 +210,7 @@ def a_type(value: Any) -> str:
 
 
 def shown(value: Any, width: int = 70) -> str:
-    """``value`` in a message: tensors by shape and dtype, the rest as written, cut to
-    ``width`` characters."""
+    """``value`` in a message: tensors by shape and dtype, the rest as written, cut to ``width``."""
     if isinstance(value, torch.Tensor):
         dtype = "" if value.dtype in (torch.float32, torch.int64) else f" {value.dtype}"
         return f"<tensor {tuple(value.shape)}{dtype}>"
@@ -362,9 +351,8 @@ def on_device(
     kwargs: dict | None = None,
     modules: tuple = (),
 ) -> dict[str, Any]:
-    """The device property, observed: ``function`` run with its tensors and ``modules`` on a
-    second device that computes real values (:mod:`course.virtual`). Returns where each result
-    tensor lives and what the code raised there, if anything."""
+    """The device property, observed: ``function`` run on :mod:`course.virtual`'s second device
+    (its tensors and ``modules`` moved there): where each result lives, what it raised there."""
 
     def run() -> dict[str, Any]:
         try:
@@ -433,9 +421,8 @@ def expect_gradients(
 def expect_parameters(
     what: str, got: dict[str, Any], declared: dict[str, tuple[int, ...]], hint: str | None = None
 ) -> None:
-    """The trainable parameters are exactly those the exercise text names, with their shapes:
-    none missing, none extra (an extra one would be trained although the text has no such
-    weight)."""
+    """The trainable parameters are exactly those the exercise text names, with their shapes
+    (an extra one would be trained although the text has no such weight)."""
     names = set(got)
     missing = sorted(set(declared) - names)
     extra = sorted(names - set(declared))
@@ -519,10 +506,9 @@ def expect_same_again(
 
 
 def meanings(*items: tuple) -> list[dict[str, Any]]:
-    """What each item of a result means: the fields of a :class:`course.spec.Property` per item,
-    ``(name, pick, the item in words, what the text says it is[, the cases it applies to])``.
-    ``pick(result)`` equals the reference's, and a mismatch says what that item means in the
-    exercise text."""
+    """What each item of a result means: a :class:`course.spec.Property`'s fields per item ``(name,
+    pick, the item in words, what the text says it is[, the cases it applies to])``, which judge
+    ``pick(result)`` against the reference's and name what the item means in the text."""
 
     def judge_of(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., None]:
         def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
@@ -547,10 +533,9 @@ def meanings(*items: tuple) -> list[dict[str, Any]]:
 def overflow(
     name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r, hint: str | None = None
 ) -> dict[str, Any]:
-    """Numeric range, named where it is the mistake: a softmax does not change when each row of
-    ``arg`` is shifted by its maximum, so a result (``kept(result)``: what the softmax decides)
-    that is wrong on the case but right on the shifted input overflows. For cases with values
-    beyond 80, where exp overflows float32."""
+    """Numeric range, named where it is the mistake: shifting each row of ``arg`` by its maximum
+    changes no softmax, so a result (``kept(result)``) wrong on a case with values beyond 80 but
+    right on the shifted input overflows."""
 
     def watch(student: Any, case: Any, call_: Callable) -> Any:
         x = case.inputs[arg]
@@ -624,9 +609,8 @@ def refusal(
 
 
 def fresh(read: Callable[[Any], Any], label: str) -> Callable[[Any, Any, Callable], Any]:
-    """Observe ``read(module)`` of a module of the student's class freshly built with
-    ``case.build`` (positional constructor arguments, as the course builds it): what
-    ``__init__`` leaves, before the check loads its own weights."""
+    """Observe ``read(module)`` of a module of the student's class built afresh from
+    ``case.build`` (positionally): what ``__init__`` leaves, before the check's own weights."""
 
     def run(student: Any, case: Any, call: Callable) -> Any:
         args = tuple(case.build.values())
@@ -692,9 +676,8 @@ def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Cal
 def not_a_known_mistake(
     mistakes: Callable[[Any, dict], dict[str, torch.Tensor]], violated: str, hint: str | None
 ) -> dict:
-    """The result is not one of the known wrong formulas ``mistakes(case, state)`` (``{what
-    the mistake is: its value}``, computed with the module's state dict), which the message
-    then names."""
+    """The result is none of the known wrong formulas ``mistakes(case, state)`` (``{the mistake
+    in words: its value}`` with the module's state dict), which the message names."""
 
     def watch(module: Any, case: Any, call_: Callable) -> Any:
         return observe(f"{case.what}: the state dict", lambda: dict(module.state_dict()))
