@@ -1,18 +1,11 @@
 """Checks for notebook 08, intent classification: six declared contracts (see :mod:`course.spec`).
 
 No check holds an implementation of an answer, and every reference runs on the trusted side
-only: library functions where there is one, the exercise's definition in float64 where not.
-
-* 8.1 ``masked_mean_pool``: ``F.embedding_bag(mode="mean")`` (an empty bag gives zeros);
-* 8.2 ``apply_threshold``: the largest float64 softmax probability against the threshold, on
-  logits built backwards from chosen labels and confidences (halfway between multiples of
-  0.01, so no row sits on a threshold);
-* 8.3 ``oos_metrics``: ``sklearn.metrics`` (accuracy, recall, precision);
-* 8.4 ``choose_threshold``: the exercise's rule on synthetic validation sets whose accuracies
-  keep a margin from every budget's edge;
-* 8.6 ``fit_gaussians``: scikit-learn's linear discriminant analysis (its ``covariance_`` is the
-  shared covariance, divided by N), ``EmpiricalCovariance`` for a single class;
-* 8.7 ``mahalanobis_scores``: ``scipy.spatial.distance.cdist(metric="mahalanobis")``.
+only: a library function where there is one (torch's ``embedding_bag``, scikit-learn's metrics,
+its linear discriminant analysis, whose ``covariance_`` is the shared covariance divided by N,
+scipy's Mahalanobis ``cdist``), the exercise's definition in float64 where not (8.2, 8.4). The
+synthetic sets keep a margin from every threshold and budget edge (confidences halfway between
+multiples of 0.01), so no answer depends on rounding.
 """
 
 from __future__ import annotations
@@ -429,7 +422,8 @@ def _gaussian_cases() -> list[Case]:
     cases = [Case(what, {"features": x, "labels": y}) for what, (x, y) in rows]
     x, y = _gaussian_set(864, (40, 60), 3)
     loose = {"atol": 1e-3, "rtol": 1e-3}  # an inverse in float32 loses about three digits
-    return cases + [Case("float32 vectors (2 classes, 3 dimensions)", {"features": x.float(), "labels": y}, strict=loose)]  # fmt: skip
+    inputs = {"features": x.float(), "labels": y}
+    return [*cases, Case("float32 vectors (2 classes, 3 dimensions)", inputs, strict=loose)]
 
 
 def _sklearn_gaussians(features: torch.Tensor, labels: torch.Tensor) -> tuple[OneOf, OneOf]:
@@ -485,12 +479,13 @@ def _score_cases() -> list[Case]:
          precision),
         ("50 rows against 4 means and a precision matrix", queries, means, precision),
         ("a single class (means of shape (1, D))", queries[:7], means[2:3], precision),
-        ("a batch of one row, float32 inputs", queries[:1].float(), means.float(), precision.float()),
+        ("a batch of one row, float32 inputs", queries[:1].float(), means.float(),
+         precision.float()),
     ]  # fmt: skip
     cases = []
     for what, x, m, p in rows:
         # float32 on an expanded square cancels digits: the bound follows the size of its terms
-        terms = float(((x.double() @ p.double()) * x.double()).sum(-1).max() + (m.double() @ p.double() * m.double()).sum(-1).max())  # fmt: skip
+        terms = sum(float((v @ p.double() * v).sum(-1).max()) for v in (x.double(), m.double()))
         bound = {"rtol": 1e-3, "atol": 1e-4 * terms} if x.dtype == torch.float32 else False
         cases.append(Case(what, {"features": x, "means": m, "precision": p}, strict=bound))
     return cases
