@@ -10,7 +10,6 @@ multiples of 0.01), so no answer depends on rounding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,30 +27,6 @@ from course.spec import Case, Property, Spec, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
-
-
-def _choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callable[..., None]:
-    """A judge for a chosen number: a wrong answer that another rule gives is named with that
-    rule (``mistakes``: answer -> the sentence of the text it breaks), on the case built to
-    separate the rules (the one whose candidates are ``rule_candidates``) or, for 1.0 missed by
-    one step, where the default candidates are used."""
-
-    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
-        if not isinstance(got, float) or abs(got - expected) < 1e-6:
-            return
-        candidates = case.inputs.get("candidates")
-        reason = None
-        if candidates == rule_candidates or (candidates is None and expected == 1.0):
-            reason = next((text for v, text in mistakes.items() if abs(got - v) < 1e-6), None)
-        expect(
-            reason is None,
-            f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
-            "violated: the rule of the exercise).",
-            "Use only the validation logits and labels you are given; keep the largest candidate "
-            "within `max_drop` of the accuracy without threshold.",
-        )
-
-    return judge
 
 
 # --- 8.1 masked mean pooling ------------------------------------------------------------------
@@ -348,6 +323,24 @@ def _choose_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def _rule(case: Case, got: Any, expected: Any, observed: Any) -> None:
+    """A wrong answer that another rule gives is named with that rule, on the case built to
+    separate the rules (its candidates are ``RULE_CANDIDATES``) or, for 1.0 missed by one step,
+    where the default candidates are used."""
+    if not isinstance(got, float) or abs(got - expected) < 1e-6:
+        return
+    candidates, reason = case.inputs.get("candidates"), None
+    if candidates == RULE_CANDIDATES or (candidates is None and expected == 1.0):
+        reason = next((text for v, text in RULE_MISTAKES.items() if abs(got - v) < 1e-6), None)
+    expect(
+        reason is None,
+        f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
+        "violated: the rule of the exercise).",
+        "Use only the validation logits and labels you are given; keep the largest candidate "
+        "within `max_drop` of the accuracy without threshold.",
+    )
+
+
 def _accuracy_rows(
     logits: torch.Tensor, target: torch.Tensor, oos_id: int, threshold: float
 ) -> int:
@@ -384,7 +377,7 @@ choose_threshold = check(
         device=False,  # the text returns a Python float and states no device
         reference=_chosen,
         cases=_choose_cases,
-        properties=(Property("the rule", _choice(RULE_MISTAKES, RULE_CANDIDATES)),),
+        properties=(Property("the rule", _rule),),
         hint="The rule in the exercise: the in-scope accuracy without threshold, minus max_drop, "
         "is the floor; the answer is the largest candidate whose in-scope accuracy reaches it, "
         "measured on the validation data you are given.",

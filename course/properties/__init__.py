@@ -366,31 +366,27 @@ def on_device(
     return observe(what, run, random=True)
 
 
-DEVICE_HINT = (
-    "Every tensor your code creates must live on the device of its inputs: `device=x.device`, "
-    "`torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as buffers so `.to(device)` "
-    "moves them; never go through NumPy or `.cpu()` on the way to the output."
-)
-
-
-def expect_device(what: str, observed: dict[str, Any], hint: str | None = None) -> None:
+def expect_device(what: str, observed: dict[str, Any]) -> None:
     """Fail unless the run on the second device raised nothing and left every result there."""
-    error = observed.get("error")
-    expect(
-        error is None,
-        f"{what}: on another device (a GPU, or here a test device) your code failed with "
-        f"{error} (the property violated: device, the result must live on the inputs' device; "
-        "the same inputs on the CPU worked).",
-        hint or DEVICE_HINT,
-    )
-    devices = observed.get("devices") or []
-    expect(
-        all(d == "virtual" for d in devices),
-        f"{what}: given inputs on another device, your code returned a tensor on the CPU (the "
-        "property violated: device, the result must live on the inputs' device). On a GPU the "
-        "next operation would fail.",
-        hint or DEVICE_HINT,
-    )
+    error, devices = observed.get("error"), observed.get("devices") or []
+    failed = f"on another device (a GPU, or here a test device) your code failed with {error}"
+    for right, symptom in (
+        (error is None, f"{failed}; the same inputs on the CPU worked"),
+        (
+            all(d == "virtual" for d in devices),
+            "given inputs on another device, your code returned a tensor on the CPU, where on a "
+            "GPU the next operation would fail",
+        ),
+    ):
+        expect(
+            right,
+            f"{what}: {symptom} (the property violated: device, the result must live on the "
+            "inputs' device).",
+            "Every tensor your code creates must live on the device of its inputs: "
+            "`device=x.device`, `torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as "
+            "buffers so `.to(device)` moves them; never go through NumPy or `.cpu()` on the way "
+            "to the output.",
+        )
 
 
 def expect_gradients(
@@ -398,7 +394,6 @@ def expect_gradients(
     got: dict[str, Any],
     expected: dict[str, Any],
     names: Sequence[str],
-    hint: str | None = None,
 ) -> None:
     """Every named gradient (``inputs`` by position, then ``parameters`` by name) reaches and
     equals the reference's: the property "gradients"."""
@@ -411,11 +406,10 @@ def expect_gradients(
             isinstance(mine, torch.Tensor),
             f"{what}: no gradient reaches `{name}` (the property violated: gradients, the result "
             "must stay differentiable); training could not learn what produces it.",
-            hint
-            or "Compute with differentiable torch operations; no .detach(), .item(), NumPy "
-            "or torch.no_grad() on the way to the output.",
+            "Compute with differentiable torch operations; no .detach(), .item(), NumPy or "
+            "torch.no_grad() on the way to the output.",
         )
-        expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})", hint)
+        expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})")
 
 
 def expect_parameters(
@@ -530,9 +524,7 @@ def meanings(*items: tuple) -> list[dict[str, Any]]:
     ]
 
 
-def overflow(
-    name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r, hint: str | None = None
-) -> dict[str, Any]:
+def overflow(name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r) -> dict[str, Any]:
     """Numeric range, named where it is the mistake: shifting each row of ``arg`` by its maximum
     changes no softmax, so a result (``kept(result)``) wrong on a case with values beyond 80 but
     right on the shifted input overflows."""
@@ -550,8 +542,8 @@ def overflow(
                 f"{name} on {case.what} is wrong, yet right once each row's maximum is subtracted "
                 f"from `{arg}`, which changes no softmax: exp of values in the hundreds overflows "
                 "(inf / inf is NaN) (the property violated: numeric range).",
-                hint or "Compute probabilities stably: subtract each row's maximum before exp, "
-                "or use torch.softmax, which does.",
+                "Compute probabilities stably: subtract each row's maximum before exp, or use "
+                "torch.softmax, which does.",
             )
 
     return {"observe": watch, "judge": judge, "applies": lambda c: c.inputs[arg].abs().max() > 80}
