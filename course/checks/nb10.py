@@ -233,12 +233,12 @@ def add_lora(student: Any) -> None:
             ),
             (
                 seen["wrapped"] == wanted,
-                f"wrapped {seen['wrapped']}, expected {wanted}: every nn.Linear whose last name "
-                "is in targets, and nothing else",
+                f"it wrapped {seen['wrapped']}, expected {wanted}: every nn.Linear whose last "
+                "name is in targets, and nothing else",
             ),
             (not extra, f"{extra[:3]} still train: all but A, B and the head is frozen"),
             (not missing, f"{missing[:3]} do not train (the head trains in full)"),
-            (seen["returned"], "did not return the model it changed"),
+            (seen["returned"], "it did not return the model it changed"),
         ):
             expect(right, f"{what}: {message}.")
         prop.expect_result(

@@ -13,9 +13,8 @@ from course.properties import expect, observe, tolerance
 
 def encode_then_decode(hint: str | None = None) -> dict:
     """``encode(src_ids)`` returns the memory and the source padding mask (boolean (B, 1, L),
-    True on real tokens); ``decode(tgt_ids, *encode(src_ids))`` gives ``forward``'s logits
-    (the student's own: the values are judged against the reference separately).
-    ``case.pad`` is the padding id."""
+    True on real tokens, ``case.pad`` the padding id); ``decode(tgt_ids, *encode(src_ids))``
+    gives the student's own ``forward`` logits (the reference judges those)."""
 
     def watch(module: Any, case: Any, call_: Callable) -> Any:
         def run() -> dict[str, Any]:
