@@ -268,30 +268,28 @@ def _random_validation(offset: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _validation_set(confidence, label, torch.cat([target, torch.full((n_oos,), CLASSES)]), g)
 
 
-def _rule_validation() -> tuple[torch.Tensor, torch.Tensor]:
-    """128 in-scope rows, 64 right (accuracy 0.5 without threshold), and 20 out of scope. With
-    max_drop 0.0625 (8 rows of 128) and the candidates 1.0, 0.9, ..., 0.0, the in-scope accuracy
-    at 0.5, 0.6, 0.7, 0.8 is 61, 58, 56, 54 rows: "at least acc0 - max_drop" picks 0.7, a strict
-    ">" 0.6, a relative floor 0.5, a scan that stops at the first candidate over budget none."""
-    right = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 54
-    confidence = torch.tensor(right + [0.95] * 64 + [0.35] * 20, dtype=F64)
+def _fixed_validation(right: int, confidence: list[float], seed: int) -> tuple:
+    """128 in-scope rows, the first ``right`` of them right, and 20 out of scope."""
     target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
-    label = torch.cat([target[:64], (target[64:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
-    return _validation_set(confidence, label, target, torch.Generator().manual_seed(84))
+    wrong = (target[right:128] + 1) % CLASSES
+    label = torch.cat([target[:right], wrong, torch.arange(20) % CLASSES])
+    confidences = torch.tensor(confidence, dtype=F64)
+    return _validation_set(confidences, label, target, torch.Generator().manual_seed(seed))
 
 
-def _all_in_budget_validation() -> tuple[torch.Tensor, torch.Tensor]:
-    """In-scope accuracy 2/128 without threshold: within max_drop=0.03 of it every threshold is
-    allowed, so the default candidates must reach 1.00."""
-    target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
-    label = torch.cat([target[:2], (target[2:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
-    return _validation_set(torch.full((148,), 0.95, dtype=F64), label, target,
-                           torch.Generator().manual_seed(85))  # fmt: skip
+# 64 of 128 in-scope rows right (accuracy 0.5 without threshold). With max_drop 0.0625 (8 rows
+# of 128) and the candidates 1.0, 0.9, ..., 0.0, the in-scope accuracy at 0.5, 0.6, 0.7, 0.8 is
+# 61, 58, 56, 54 rows: "at least acc0 - max_drop" picks 0.7, a strict ">" 0.6, a relative floor
+# 0.5, a scan that stops at the first candidate over budget none.
+RULE_CONFIDENCES = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 118 + [0.35] * 20
 
 
 def _choose_cases() -> list[Case]:
     sets = {"set A": _random_validation(840), "set B": _random_validation(841)}
-    rule, third = _rule_validation(), _random_validation(842)
+    rule, third = _fixed_validation(64, RULE_CONFIDENCES, 84), _random_validation(842)
+    # in-scope accuracy 2/128 without threshold: within max_drop=0.03 of it every threshold is
+    # allowed, so the default candidates must reach 1.00
+    all_in_budget = _fixed_validation(2, [0.95] * 148, 85)
 
     def case(what: str, data: tuple, **options: Any) -> Case:
         inputs = {"val_logits": data[0], "val_target": data[1], "oos_id": CLASSES, **options}
@@ -305,7 +303,7 @@ def _choose_cases() -> list[Case]:
              f"{RULE_MAX_DROP} at the answer)", rule, max_drop=RULE_MAX_DROP,
              candidates=list(RULE_CANDIDATES)),
         case("a validation set where every threshold stays within max_drop (in-scope accuracy "
-             "2/128 to begin with), default max_drop and candidates", _all_in_budget_validation()),
+             "2/128 to begin with), default max_drop and candidates", all_in_budget),
     ]  # fmt: skip
     randoms = [
         case(f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
