@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from course import observe as obs
-from course.check import FAILED, PASSED, exercise_check, expect, expect_close
+from course.check import FAILED, PASSED, REPLAY_EVERYWHERE, exercise_check, expect, expect_close
 from course.properties import (
     call,
     construct,
@@ -164,6 +164,42 @@ refuses_check = check(
 def test_refusal(student, status, phrase):
     result = refuses_check(student, raise_on_failure=False)
     assert result.status == status and phrase in result.message, result.message
+
+
+draw_check = check(
+    Spec(
+        exercise="Exercise 9.9",
+        title="a seeded draw",
+        name="draw",
+        params=("n", "generator"),
+        reference=lambda n, generator: None,  # a random result: only its reproducibility is judged
+        cases=lambda: [Case("n=5", {"n": 5, "generator": torch.Generator().manual_seed(1)})],
+        random="generator",
+        device=False,
+    )
+)
+
+
+def _own_seed(n, generator):
+    own = torch.Generator()
+    own.seed()  # a seed from the operating system; the given generator and global state unused
+    return torch.rand(n, generator=own)
+
+
+@pytest.mark.parametrize(
+    "student, status",
+    [(lambda n, generator: torch.rand(n, generator=generator), PASSED), (_own_seed, FAILED)],
+    ids=["the given generator", "a generator of its own"],
+)
+def test_randomness_only_from_the_given_generator(student, status, monkeypatch):
+    result = draw_check(student, raise_on_failure=False)  # probed and replayed (conftest)
+    assert result.status == status, result.message
+    monkeypatch.delenv(REPLAY_EVERYWHERE)  # the notebook's own run, where the property speaks
+    result = draw_check(student, raise_on_failure=False)
+    assert result.status == status, result.message
+    if status == FAILED:
+        assert "seeded alike gave different results" in result.message, result.message
+        assert "randomness only from the given generator" in result.message, result.message
 
 
 def test_large_scores_overflow_a_naive_softmax():
