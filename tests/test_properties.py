@@ -202,6 +202,36 @@ def test_randomness_only_from_the_given_generator(student, status, monkeypatch):
         assert "randomness only from the given generator" in result.message, result.message
 
 
+add_check = check(
+    Spec(
+        exercise="Exercise 9.8",
+        title="add one",
+        name="add_one",
+        params=("x",),
+        reference=lambda x: x + 1,
+        cases=lambda: [Case(f"a (3,) tensor of {v}s", {"x": torch.full((3,), v)}) for v in (1, 2)],
+        device=False,
+    )
+)
+CALLS = []
+
+
+def _counts_calls(x):
+    CALLS.append(x)
+    return x + len(CALLS) % 2  # right on every other call only: a result that depends on them
+
+
+def test_a_result_that_depends_on_earlier_calls_is_named(monkeypatch):
+    assert add_check(_counts_calls, raise_on_failure=False).status == FAILED  # probe and replay
+    monkeypatch.delenv(REPLAY_EVERYWHERE)  # the notebook's own run, where the property speaks
+    result = add_check(_counts_calls, raise_on_failure=False)
+    assert result.status == FAILED, result.message
+    assert "different results on repeated calls" in result.message, result.message
+    assert "the second call, after other inputs, against the first" in result.message
+    assert "is wrong at index" in result.message, result.message  # not a rounding error
+    assert add_check(lambda x: x + 1, raise_on_failure=False).status == PASSED
+
+
 def test_large_scores_overflow_a_naive_softmax():
     scores = large_scores(4, 8)
     assert scores.abs().max() > 100
