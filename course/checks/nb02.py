@@ -1,10 +1,8 @@
 """Checks for notebook 02, attention: the declared contracts of 2.1 to 2.4.
 
-The reference is PyTorch's own ``torch.nn.functional.scaled_dot_product_attention``. It returns
-only the output, so the reference *weights* come from the same function with the identity
-matrix as values: ``softmax(...) @ I = softmax(...)``. The masks are compared with torch's own
+The references are torch's own attention (:func:`course.checks.reference.attention`), its
 comparisons and ``nn.Transformer.generate_square_subsequent_mask``; 2.4 loads the check's own
-weights into the student's four layers and computes the same formula with torch's attention.
+weights into the student's four layers.
 """
 
 from __future__ import annotations
@@ -12,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
+from course.checks import reference as ref
 from course.domains import Masks, Tensors, causal_case
 from course.properties import attention, generator, large_scores
 from course.spec import (
@@ -30,21 +28,6 @@ from course.spec import (
     check,
 )
 from course.virtual import VIRTUAL
-
-
-def _reference(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output, weights) from torch's attention, computed in float64 and returned in the inputs'
-    dtype; weights via identity values; a query whose keys are all masked gets zeros (recent
-    torch does so itself, older versions give NaN)."""
-    q, k, v = query.double(), key.double(), value.double()
-    mask = mask if mask is None or mask.dtype == torch.bool else mask.double()
-    output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    eye = torch.eye(k.size(-2), dtype=torch.float64).expand(*k.shape[:-2], k.size(-2), k.size(-2))
-    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
-    return output.nan_to_num(0.0).to(value.dtype), weights.nan_to_num(0.0).to(query.dtype)
-
 
 # --- 2.1 scaled dot-product attention --------------------------------------------------------
 
@@ -77,7 +60,7 @@ def _attention_cases() -> list[Case]:
 
     pad = torch.ones(2, 1, 6, dtype=torch.bool)
     pad[0, 0, 4:] = pad[1, 0, 1] = False
-    causal = torch.ones(5, 5, dtype=torch.bool).tril().unsqueeze(0)
+    causal = ref.causal(5)
     additive = randn(2, 4, 5)
     additive[:, :, 0] = float("-inf")
     dead = torch.tensor([[[True, False, True], [False, False, False], [True, True, True]]])
@@ -131,7 +114,7 @@ def _attention_cases() -> list[Case]:
 scaled_dot_product_attention = check(Spec(
     exercise="Exercise 2.1", title="scaled dot-product attention",
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
-    defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
+    defaults={"mask": None}, forms=(POSITIONAL,), reference=ref.attention, cases=_attention_cases,
     gradients=("query", "key", "value"), hint=ATTENTION_HINT,
     domains={"query": Tensors(scales=(1e5, -1e5), base=causal_case),  # "of any size"
              "key": Tensors(), "value": Tensors()},  # any layout: views (no "contiguous" in the text)
@@ -220,10 +203,8 @@ HUGE_SCORES = (
 
 
 def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask: Any = None) -> Any:
-    q, k, v = (F.linear(x, w[f"{n}.weight"].to(x.dtype), w[f"{n}.bias"].to(x.dtype))
-               for n in ("w_q", "w_k", "w_v"))  # fmt: skip
-    out, weights = _reference(q, k, v, mask)
-    return F.linear(out, w["w_o.weight"].to(x.dtype), w["w_o.bias"].to(x.dtype)), weights
+    out, weights = ref.multi_head(w, "", x, x, x, mask, heads=1)
+    return out, weights[:, 0]
 
 
 def _layers(build: Build) -> dict[str, tuple[int, ...]]:
@@ -237,7 +218,7 @@ def _module_cases(d_model: int, count: int) -> list[Case]:
     g = generator(25)
     pad = torch.ones(2, 1, 7, dtype=torch.bool)
     pad[1, 0, 4:] = False
-    causal = torch.ones(7, 7, dtype=torch.bool).tril().unsqueeze(0)
+    causal = ref.causal(7)
     return [  # no mask first: a wrong formula shows there before the mask is judged
         Case("x (2, 7, d_model), no mask", {"x": torch.randn(2, 7, d_model, generator=g)}),
         Case("a padding mask (2, 1, 7)", {"x": torch.randn(2, 7, d_model, generator=g), "mask": pad},

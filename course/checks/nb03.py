@@ -1,26 +1,22 @@
 """Checks for notebook 03, multi-head attention: each exercise's contract, declared.
 
-The references are written from the exercise text, not from the course's solution: head h
-holds features h*d_k ... (h+1)*d_k - 1; the module projects with the check's own weights
-(loaded into w_q, w_k, w_v, w_o), attends per head with one mask for every head, merges and
-projects; the parameter count is that of ``torch.nn.MultiheadAttention``. The runner
-(:mod:`course.spec`) applies every property; the exercise-specific ones are in
-:mod:`course.properties` (notebook 03's section).
+The references are written from the exercise text, not from the course's solution: 3.2 is
+:func:`course.checks.reference.multi_head` with the check's own weights loaded into w_q, w_k,
+w_v, w_o; 3.3 counts the parameters of ``torch.nn.MultiheadAttention``.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - the usual name
 from torch import nn
 
 from course import properties as prop
 from course.check import exercise_check
+from course.checks import reference as ref
 from course.domains import Tensors, causal_case
 from course.properties import attention, generator
 from course.properties.statistics import SHARED, independent, is_dropout_of
@@ -47,28 +43,17 @@ SPLIT_HINT = (
 SIZES = [((2, 5, 12), 3), ((1, 7, 8), 2), ((3, 1, 6), 3), ((2, 4, 10), 1), ((2, 3, 6), 6)]
 
 
-def _split_cases() -> list[Case]:
-    g = generator(0)
-    cases = [
-        Case(f"x {s}, {h} heads", {"x": torch.randn(s, generator=g), "num_heads": h}, grad=i == 0)
-        for i, (s, h) in enumerate(SIZES)
-    ]
-    x = torch.randn(2, 3, 8, generator=g, dtype=torch.float64)
-    return [*cases, Case("a float64 x (2, 3, 8), 4 heads", {"x": x, "num_heads": 4})]
-
-
-def _merge_cases() -> list[Case]:
-    g = generator(1)  # contiguous (B, H, L, d) as attention returns it: transpose-then-view fails
-    cases = [
-        Case(
-            f"x ({s[0]}, {h}, {s[1]}, {s[2] // h})",
-            {"x": torch.randn(s[0], h, s[1], s[2] // h, generator=g)},
-            grad=i == 0,
-        )
-        for i, (s, h) in enumerate(SIZES)
-    ]
-    x = torch.randn(2, 4, 3, 2, generator=g, dtype=torch.float64)
-    return [*cases, Case("a float64 x (2, 4, 3, 2)", {"x": x})]
+def _head_cases(merge: bool) -> list[Case]:
+    """split_heads' cases, or merge_heads' on the heads' shape (contiguous (B, H, L, d) as
+    attention returns it: transpose-then-view fails); the last one in float64."""
+    g, cases = generator(int(merge)), []
+    for i, ((b, n, d), h) in enumerate([*SIZES, ((2, 3, 8), 4)]):
+        wide = i == len(SIZES)
+        shape = (b, h, n, d // h) if merge else (b, n, d)
+        x = torch.randn(shape, generator=g, dtype=torch.float64 if wide else torch.float32)
+        what = f"{'a float64 ' if wide else ''}x {shape}{'' if merge else f', {h} heads'}"
+        cases.append(Case(what, {"x": x} if merge else {"x": x, "num_heads": h}, grad=i == 0))
+    return cases
 
 
 SPLIT = Spec(
@@ -77,7 +62,7 @@ SPLIT = Spec(
     name="split_heads",
     params=("x", "num_heads"),
     reference=lambda x, num_heads: x.unflatten(-1, (num_heads, -1)).transpose(1, 2),
-    cases=_split_cases,
+    cases=lambda: _head_cases(merge=False),
     gradients=("x",),
     hint=SPLIT_HINT,
     properties=(
@@ -102,7 +87,7 @@ MERGE = replace(  # the same exercise, hint and gradients; no refusal: every sha
     name="merge_heads",
     params=("x",),
     reference=lambda x: x.transpose(1, 2).flatten(2),
-    cases=_merge_cases,
+    cases=lambda: _head_cases(merge=True),
     properties=(),
 )
 
@@ -233,29 +218,6 @@ def _dropout_location(observed: dict[str, Any], heads: int = 2, p: float = 0.3) 
     return "the output is not the values weighted by the attention weights after one dropout(p)"
 
 
-def _attention(
-    build: Build, w: dict, buffers: Any, query: Any, key: Any, value: Any, mask: Any = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The text's multi-head attention with the check's weights ``w``."""
-
-    def project(name: str, t: torch.Tensor) -> torch.Tensor:
-        bias = w.get(f"{name}.bias")
-        return F.linear(
-            t, w[f"{name}.weight"].to(t.dtype), None if bias is None else bias.to(t.dtype)
-        )
-
-    heads = build.inputs["num_heads"]
-    q, k, v = (
-        project(n, t).unflatten(-1, (heads, -1)).transpose(1, 2)
-        for n, t in (("w_q", query), ("w_k", key), ("w_v", value))
-    )
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf)
-    weights = scores.softmax(-1)
-    return project("w_o", (weights @ v).transpose(1, 2).flatten(2)), weights
-
-
 def _projections(build: Build) -> dict[str, tuple[int, ...]]:
     d = build.inputs["d_model"]
     biased = build.inputs.get("bias", True)
@@ -267,17 +229,12 @@ def _projections(build: Build) -> dict[str, tuple[int, ...]]:
     }
 
 
-def _padding(lengths: list[int], length: int) -> torch.Tensor:
-    """(B, 1, length) boolean mask, True for the first ``lengths[b]`` positions."""
-    return (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).unsqueeze(1)
-
-
 def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
     g = generator(100 + d)
     x, q, k, v, x4, x1 = (
         torch.randn(*s, d, generator=g) for s in ((2, 5), (2, 3), (2, 7), (2, 7), (4, 6), (1, 1))
     )
-    pad4, causal = _padding([6, 2, 5, 3], 6), torch.ones(1, 6, 6, dtype=torch.bool).tril()
+    pad4, causal = ref.key_mask([6, 2, 5, 3], 6), ref.causal(6)
     cross = {"query": q, "key": k, "value": v}
 
     def own(t: torch.Tensor, mask: Any = None) -> dict[str, Any]:  # self-attention's inputs
@@ -288,7 +245,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case("cross-attention, 3 queries over 7 keys with other values", {**cross, "mask": None}),
         Case(
             "cross-attention with a (2, 1, 7) padding mask",
-            {**cross, "mask": _padding([7, 4], 7)},
+            {**cross, "mask": ref.key_mask([7, 4], 7)},
             grad=True,
         ),
         Case("self-attention, 4 sequences of different lengths, (4, 1, 6) mask", own(x4, pad4)),
@@ -296,7 +253,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case("self-attention with a causal and padding mask (4, 6, 6)", own(x4, causal & pad4)),
         Case(
             "cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
-            {**cross, "mask": _padding([3, 6], 7).unsqueeze(1)},
+            {**cross, "mask": ref.key_mask([3, 6], 7).unsqueeze(1)},
         ),
         Case("a batch of one, a single token", own(x1)),
         Case(
@@ -306,7 +263,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case(
             "self-attention where sequence 1 is all padding (fully masked rows: compared only "
             "on the other device, in train and eval mode)",
-            own(x4, _padding([6, 0, 5, 3], 6)),
+            own(x4, ref.key_mask([6, 0, 5, 3], 6)),
             compare=False,
         ),
     ]
@@ -365,7 +322,9 @@ multi_head_attention = check(
         builds=_mha_builds,
         domains={"query": Tensors(layouts=(), scales=(1e4, -1e4), base=causal_case)},  # as 2.1
         parameters=_projections,
-        reference=_attention,
+        reference=lambda build, w, buffers, query, key, value, mask=None: ref.multi_head(
+            w, "", query, key, value, mask, build.inputs["num_heads"]
+        ),
         gradients=("query", "key", "value"),
         output=lambda r: r[0],
         hint=MHA_HINT,

@@ -31,7 +31,7 @@ from torch import nn
 
 from course import properties as prop
 from course.check import exercise_check
-from course.checks.reference import sinusoid_table
+from course.checks import reference as ref
 from course.domains import Numbers
 from course.properties import attention, decoding, generator, statistics
 from course.spec import (
@@ -85,19 +85,6 @@ def _linear(w: Mapping, p: str, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, w[f"{p}.weight"], w[f"{p}.bias"])
 
 
-def _mha(w: Mapping, p: str, q: torch.Tensor, kv: torch.Tensor, mask: Any, heads: int) -> Any:
-    """Multi-head attention (section 3.2.2); ``mask`` (B or 1, 1 or L_q, L_k), True = attend."""
-    batch, length, d = q.shape
-
-    def split(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(t.shape[0], t.shape[1], heads, d // heads).transpose(1, 2)
-
-    q, k, v = (split(_linear(w, f"{p}.{n}", t)) for n, t in (("w_q", q), ("w_k", kv), ("w_v", kv)))
-    m = None if mask is None else mask[:, None]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
-    return _linear(w, f"{p}.w_o", out.transpose(1, 2).reshape(batch, length, d))
-
-
 def _ffn(w: Mapping, p: str, x: torch.Tensor) -> torch.Tensor:
     return _linear(w, f"{p}linear2", torch.relu(_linear(w, f"{p}linear1", x)))
 
@@ -109,7 +96,8 @@ def _block(w: Mapping, p: str, x: torch.Tensor, heads: int, mask: Any, *memory: 
     steps += [("cross_attn_residual", "cross_attn", *memory)] if memory else []
     for residual, name, keys, m in steps:
         h = _ln(w, f"{p}{residual}.norm", x)
-        x = x + _mha(w, f"{p}{name}", h, h if keys is None else keys, m, heads)
+        kv = h if keys is None else keys
+        x = x + ref.multi_head(w, f"{p}{name}.", h, kv, kv, m, heads)[0]
     return x + _ffn(w, f"{p}ffn.", _ln(w, f"{p}ffn_residual.norm", x))
 
 
@@ -118,7 +106,7 @@ def _embed(w: Mapping, p: str, ids: torch.Tensor, pad: int) -> torch.Tensor:
     table = w[f"{p}embed.embedding.weight"]
     d = table.shape[1]
     looked_up = F.embedding(ids, table, padding_idx=pad) * math.sqrt(d)
-    return looked_up + sinusoid_table(ids.shape[1], d, table.dtype)
+    return looked_up + ref.sinusoid_table(ids.shape[1], d, table.dtype)
 
 
 def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory: Any) -> Any:
@@ -271,15 +259,6 @@ def _module_check(
 
 
 # --- inputs ---------------------------------------------------------------------------------
-
-
-def _key_mask(lengths: list[int], width: int) -> torch.Tensor:
-    """(B, 1, L): True on the first ``lengths[b]`` keys."""
-    return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None])[:, None, :]
-
-
-def _causal(length: int) -> torch.Tensor:
-    return torch.ones(length, length, dtype=torch.bool).tril()[None]
 
 
 def _ids(lengths: list[int], width: int, pad: int, vocab: int, g: torch.Generator) -> Any:
@@ -438,14 +417,14 @@ def _encoder_block_cases(b: Mapping) -> list[Case]:
     d = b["d_model"]
     g = generator(110 + d)
     x, junk = _x(1, 5, d, g=g), 5 * _x(1, 4, d, g=g)
-    both = _key_mask([6, 3], 6) & _causal(6)
+    both = ref.key_mask([6, 3], 6) & ref.causal(6)
     return _table(("x", "mask"), [
         ("5 positions and 4 masked padding positions appended", torch.cat([x, junk], 1),
-         _key_mask([5], 9), {"x": x, "mask": None}, "the masked padding"),
+         ref.key_mask([5], 9), {"x": x, "mask": None}, "the masked padding"),
         ("lengths [7, 4, 1] with a (B, 1, L) padding mask", _x(3, 7, d, g=g),
-         _key_mask([7, 4, 1], 7)),
+         ref.key_mask([7, 4, 1], 7)),
         ("batch 1, mask=None", _x(1, 5, d, g=g), None),
-        ("a (1, L, L) causal mask", _x(2, 6, d, g=g), _causal(6)),
+        ("a (1, L, L) causal mask", _x(2, 6, d, g=g), ref.causal(6)),
         ("a (B, L, L) mask: padding and causal", _x(2, 6, d, g=g), both),
     ])  # fmt: skip
 
@@ -478,18 +457,18 @@ def _decoder_block_cases(b: Mapping) -> list[Case]:
     g = generator(120 + d)
     x, memory = _x(2, 6, d, g=g), _x(2, 5, d, g=g)
     longer = torch.cat([memory, 4 * _x(2, 3, d, g=g)], 1)
-    whole = {"x": x, "memory": memory, "tgt_mask": _causal(6), "memory_mask": None}
+    whole = {"x": x, "memory": memory, "tgt_mask": ref.causal(6), "memory_mask": None}
     return _table(("x", "memory", "tgt_mask", "memory_mask"), [
-        ("a causal mask, target positions 1-5 appended to position 0", x, memory, _causal(6),
-         None, whole | {"x": x[:, :1], "tgt_mask": _causal(1)}, "the later target positions"),
-        ("3 masked padding rows appended to the memory", x, longer, _causal(6),
-         _key_mask([5, 5], 8), whole, "the masked padding rows"),
+        ("a causal mask, target positions 1-5 appended to position 0", x, memory, ref.causal(6),
+         None, whole | {"x": x[:, :1], "tgt_mask": ref.causal(1)}, "the later target positions"),
+        ("3 masked padding rows appended to the memory", x, longer, ref.causal(6),
+         ref.key_mask([5, 5], 8), whole, "the masked padding rows"),
         ("target lengths [5, 3], memory lengths [7, 2] (L_t = 5, L_s = 7)", _x(2, 5, d, g=g),
-         _x(2, 7, d, g=g), _key_mask([5, 3], 5) & _causal(5), _key_mask([7, 2], 7)),
+         _x(2, 7, d, g=g), ref.key_mask([5, 3], 5) & ref.causal(5), ref.key_mask([7, 2], 7)),
         ("batch 1, target 4, memory 6, a (1, L_t, L_t) causal mask, memory_mask=None",
-         _x(1, 4, d, g=g), _x(1, 6, d, g=g), _causal(4), None),
-        ("target 6, memory 3 (L_t > L_s)", _x(2, 6, d, g=g), _x(2, 3, d, g=g), _causal(6),
-         _key_mask([3, 1], 3)),
+         _x(1, 4, d, g=g), _x(1, 6, d, g=g), ref.causal(4), None),
+        ("target 6, memory 3 (L_t > L_s)", _x(2, 6, d, g=g), _x(2, 3, d, g=g), ref.causal(6),
+         ref.key_mask([3, 1], 3)),
     ])  # fmt: skip
 
 
@@ -593,10 +572,10 @@ def _decoder_cases(b: Mapping) -> list[Case]:
     return _table(("tgt_ids", "memory", "memory_mask"), [
         ("target positions 1-4 appended to position 0", full, memory, None,
          whole | {"tgt_ids": full[:, :1]}, "the later target positions"),
-        ("2 masked padding rows appended to the memory", full, longer, _key_mask([4, 4], 6),
+        ("2 masked padding rows appended to the memory", full, longer, ref.key_mask([4, 4], 6),
          whole, "the masked padding rows"),
         ("target lengths [6, 3, 1], memory lengths [4, 7, 2]", ids, _x(3, 7, d, g=g),
-         _key_mask([4, 7, 2], 7)),
+         ref.key_mask([4, 7, 2], 7)),
         ("target lengths [5, 5], memory 3 positions, memory_mask=None", full, _x(2, 3, d, g=g),
          None),
     ])  # fmt: skip
