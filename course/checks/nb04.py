@@ -1,16 +1,17 @@
-"""Checks for notebook 04, positional encoding: each exercise's contract, declared.
+"""Checks for notebook 04, positional encoding: each exercise's contract, declared; the
+properties of positions each serve one check, so they live here.
 
-References hold no implementation of an exercise: the sinusoidal table is
-:func:`course.checks.reference.sinusoid_table` (Vaswani et al., 2017, section 3.5, in float64);
-rotary embeddings are rotated by the Hugging Face ``transformers`` function of GPT-J (adjacent
-pairs, as in Su et al., 2021) on the angles ``m * theta_i`` of the text. A float32 table is as
-right as float32 angles allow: long tables and the module's buffer are compared with a tolerance
-that grows with the position (:func:`_rows_close`), so the float32
-constructions of pytorch/examples, the Annotated Transformer and d2l pass.
+References hold no implementation of an exercise: the paper's table in float64
+(:func:`course.checks.reference.sinusoid_table`); rotary embeddings by GPT-J's function in
+``transformers`` (adjacent pairs, as in Su et al., 2021). A float32 table is as right as float32
+angles allow (:func:`_rows_close`), so the float32 constructions of pytorch/examples, the
+Annotated Transformer and d2l pass.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,16 +55,27 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
     )
 
 
-def _xs(d_model: int, shapes: list, max_len: int, offset: int, mode: str = "") -> list[Case]:
-    g = generator(offset)
-    exactly = f"x of exactly max_len={max_len} positions (every length up to and including max_len"
-    return [
-        Case(
-            (f"{exactly} is allowed)" if n == max_len else f"x ({b}, {n}, {d_model})") + mode,
-            {"x": torch.randn(b, n, d_model, generator=g)},
-            grad=i == 1,
-        )
-        for i, (b, n) in enumerate(shapes)
+def _builds(rows: list[tuple], offset: int) -> Callable[[], list[Build]]:
+    """One build per row (what, the constructor's arguments, x's (batch, length) shapes); with
+    dropout, train() differs from eval()."""
+
+    def xs(made: dict, shapes: list, offset: int) -> list[Case]:
+        g = generator(offset)
+        d, n, p = made["d_model"], made.get("max_len", 512), made.get("dropout", 0.0)
+        mode = f"; dropout={p}, which eval mode turns off" if p else ""
+        exactly = f"x of exactly max_len={n} positions (every length up to and including max_len"
+        return [
+            Case(
+                (f"{exactly} is allowed)" if length == n else f"x ({b}, {length}, {d})") + mode,
+                {"x": torch.randn(b, length, d, generator=g)},
+                grad=i == 1,
+            )
+            for i, (b, length) in enumerate(shapes)
+        ]
+
+    return lambda: [
+        Build(what, made, functools.partial(xs, made, shapes, offset + i), not made.get("dropout"))
+        for i, (what, made, shapes) in enumerate(rows)
     ]
 
 
@@ -266,31 +278,11 @@ def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Te
     return x + paper[: x.size(1)].to(x.dtype)
 
 
-def _encoding_builds() -> list[Build]:
-    def build(what: str, inputs: dict, shapes: list, offset: int, det: bool = True) -> Build:
-        n, d = inputs.get("max_len", 512), inputs["d_model"]
-        mode = "" if det else f"; dropout={inputs['dropout']}, which eval mode turns off"
-        return Build(what, inputs, lambda: _xs(d, shapes, n, offset, mode), det)
-
-    return [
-        build(
-            "max_len 40",
-            {"d_model": 16, "max_len": 40, "dropout": 0.0},
-            [(1, 9), (2, 11), (3, 40), (4, 1)],
-            0,
-        ),
-        build(
-            "dropout 0.3",
-            {"d_model": 6, "max_len": 7, "dropout": 0.3},
-            [(2, 5), (1, 7), (400, 7)],
-            1,
-            det=False,
-        ),
-        build(
-            "the defaults (max_len=512, dropout=0.0)", {"d_model": 8}, [(1, 5), (2, 3), (1, 512)], 2
-        ),
-    ]
-
+ENCODINGS = [  # the defaults are max_len=512, dropout=0.0
+    ("max_len 40", dict(d_model=16, max_len=40, dropout=0.0), [(1, 9), (2, 11), (3, 40), (4, 1)]),
+    ("dropout 0.3", dict(d_model=6, max_len=7, dropout=0.3), [(2, 5), (1, 7), (400, 7)]),
+    ("the defaults (max_len=512, dropout=0.0)", dict(d_model=8), [(1, 5), (2, 3), (1, 512)]),
+]
 
 sinusoidal_encoding = check(
     ModuleSpec(
@@ -300,7 +292,7 @@ sinusoidal_encoding = check(
         init=("d_model", "max_len", "dropout"),
         init_defaults={"max_len": 512, "dropout": 0.0},
         forward=("x",),
-        builds=_encoding_builds,
+        builds=_builds(ENCODINGS, 0),
         parameters=lambda build: {},
         reference=_encoding,
         gradients=("x",),
@@ -322,24 +314,17 @@ sinusoidal_encoding = check(
 
 # --- Exercise 4.3 ----------------------------------------------------------------------------
 
+LEARNED_BUILDS = [
+    ("max_len 20, d_model 8", dict(max_len=20, d_model=8), [(1, 7), (3, 7), (2, 20), (1, 1)]),
+    ("max_len 5, d_model 3", dict(max_len=5, d_model=3), [(2, 5), (4, 2)]),
+]
 LEARNED = ModuleSpec(
     exercise="Exercise 4.3",
     title="learned positional embedding",
     name="LearnedPositionalEmbedding",
     init=("max_len", "d_model"),
     forward=("x",),
-    builds=lambda: [
-        Build(
-            "max_len 20, d_model 8",
-            {"max_len": 20, "d_model": 8},
-            lambda: _xs(8, [(1, 7), (3, 7), (2, 20), (1, 1)], 20, 10),
-        ),
-        Build(
-            "max_len 5, d_model 3",
-            {"max_len": 5, "d_model": 3},
-            lambda: _xs(3, [(2, 5), (4, 2)], 5, 11),
-        ),
-    ],
+    builds=_builds(LEARNED_BUILDS, 10),
     parameters=lambda build: {
         "embedding.weight": (build.inputs["max_len"], build.inputs["d_model"])
     },

@@ -1,20 +1,11 @@
 """Checks for notebook 05, encoder/decoder: each exercise's contract declared once, as a spec.
 
 The reference is the paper's pre-LN Transformer written as functions of *the check's own*
-weights (``F.linear``, ``F.layer_norm``, ``F.scaled_dot_product_attention``, ``F.embedding``
-and the sinusoidal table of :mod:`course.checks.reference`): the runner (:mod:`course.spec`)
-loads those weights into the student's module by the names the text gives, so a copied or
-all-zero twin cannot pass, and applies every property: call forms as later notebooks call the
-classes (positionally, by keyword, with the defaults left out), the stated result, gradients
-of the inputs and of every named parameter (in ``train()`` mode where dropout is 0), ``train()``
-against ``eval()``, the device. The properties of the text itself (padding invariance,
-causality, where dropout acts, what ``encode`` returns, the decoding protocol) are written in
-:mod:`course.properties`.
-
-Masks follow the course convention: boolean, True = "may attend", (B, 1 or L_q, L_k).
-A LayerNorm written by hand (two vectors, gain first, as the Annotated Transformer's
-``a_2``/``b_2``) is read as ``weight``/``bias``; the paper's weight tying (section 3.4) of the
-output projection with the target embedding is accepted.
+weights, which the runner loads into the student's module by the names the text gives, so a
+copied or all-zero twin cannot pass. Masks follow the course convention: boolean, True = "may
+attend", (B, 1 or L_q, L_k). A LayerNorm written by hand (two vectors, gain first, as the
+Annotated Transformer's ``a_2``/``b_2``) is read as ``weight``/``bias``; the paper's weight
+tying (section 3.4) of the output projection with the target embedding is accepted.
 """
 
 from __future__ import annotations
@@ -59,17 +50,13 @@ EPS = "check_eps"  # a buffer the check adds: the eps a norm module uses
 
 @dataclass(frozen=True)
 class Probe(Case):
-    """A case with what its properties need: the inputs ``alone`` (without ``added``), the
-    padding id."""
+    """Every case of this notebook: what its properties need, the inputs ``alone`` (without
+    ``added``), the padding id."""
 
     alone: Mapping[str, Any] = field(default_factory=dict)
     added: str = ""
     pad: int = 0
     dropped: bool = False  # a dropout=1.0 build: the train() output is stated
-
-
-def _dropped_case(case: Case) -> bool:
-    return bool(getattr(case, "dropped", False))
 
 
 # --- the reference: the paper's pre-LN layers as functions of the weights -------------------
@@ -101,22 +88,15 @@ def _block(w: Mapping, p: str, x: torch.Tensor, heads: int, mask: Any, *memory: 
     return x + _ffn(w, f"{p}ffn.", _ln(w, f"{p}ffn_residual.norm", x))
 
 
-def _embed(w: Mapping, p: str, ids: torch.Tensor, pad: int) -> torch.Tensor:
-    """E[ids] * sqrt(d_model) + PE (section 3.4-3.5); the pad row gets no gradient."""
-    table = w[f"{p}embed.embedding.weight"]
-    d = table.shape[1]
-    looked_up = F.embedding(ids, table, padding_idx=pad) * math.sqrt(d)
-    return looked_up + ref.sinusoid_table(ids.shape[1], d, table.dtype)
-
-
 def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory: Any) -> Any:
-    """The encoder, or with ``memory`` (the memory and its mask) the decoder: embeddings, the
-    blocks, the final norm. Without a mask: the padding mask of ``ids``, causal in a decoder."""
+    """The encoder, or with ``memory`` (the memory and its mask) the decoder: embeddings (the pad
+    row gets no gradient), the blocks, the final norm. Without a mask: the padding mask of
+    ``ids``, causal in a decoder."""
     if mask is None:
-        length = ids.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool).tril() if memory else True
-        mask = (ids != b["pad_id"])[:, None, :] & causal
-    x = _embed(w, p, ids, b["pad_id"])
+        mask = (ids != b["pad_id"])[:, None, :] & (ref.causal(ids.shape[1]) if memory else True)
+    table = w[f"{p}embed.embedding.weight"]  # E[ids] * sqrt(d_model) + PE (sections 3.4-3.5)
+    x = F.embedding(ids, table, padding_idx=b["pad_id"]) * math.sqrt(table.shape[1])
+    x = x + ref.sinusoid_table(ids.shape[1], table.shape[1], table.dtype)
     for i in range(b["num_layers"]):
         x = _block(w, f"{p}layers.{i}.", x, b["num_heads"], mask, *memory)
     return _ln(w, f"{p}norm", x)
@@ -125,16 +105,13 @@ def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory
 # --- the parameters the text names ----------------------------------------------------------
 
 
-def _linear_params(p: str, outputs: int, inputs: int) -> dict[str, tuple[int, ...]]:
-    return {f"{p}.weight": (outputs, inputs), f"{p}.bias": (outputs,)}
+def _weight_bias(p: str, *shape: int) -> dict[str, tuple[int, ...]]:
+    """A linear layer's (``shape`` = (outputs, inputs)) or a norm's (``shape`` = (d,))."""
+    return {f"{p}.weight": shape, f"{p}.bias": shape[:1]}
 
 
 def _ffn_params(d: int, ff: int, p: str = "") -> dict[str, tuple[int, ...]]:
-    return _linear_params(f"{p}linear1", ff, d) | _linear_params(f"{p}linear2", d, ff)
-
-
-def _norm_params(d: int, p: str) -> dict[str, tuple[int, ...]]:
-    return {f"{p}.weight": (d,), f"{p}.bias": (d,)}
+    return _weight_bias(f"{p}linear1", ff, d) | _weight_bias(f"{p}linear2", d, ff)
 
 
 def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tuple[int, ...]]:
@@ -142,11 +119,11 @@ def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tupl
     out: dict[str, tuple[int, ...]] = {}
     for a in attentions:
         for n in ("w_q", "w_k", "w_v", "w_o"):
-            out |= _linear_params(f"{p}{a}.{n}", d, d)
+            out |= _weight_bias(f"{p}{a}.{n}", d, d)
     out |= _ffn_params(d, ff, f"{p}ffn.")
     norms = ("self_attn_residual", "cross_attn_residual") if decoder else ("attn_residual",)
     for n in (*norms, "ffn_residual"):
-        out |= _norm_params(d, f"{p}{n}.norm")
+        out |= _weight_bias(f"{p}{n}.norm", d)
     return out
 
 
@@ -155,7 +132,7 @@ def _stack_params(b: Mapping, vocab: int, decoder: bool, p: str = "") -> dict:
     out = {f"{p}embed.embedding.weight": (vocab, d)}
     for i in range(b["num_layers"]):
         out |= _block_params(d, b["d_ff"], decoder, f"{p}layers.{i}.")
-    return out | _norm_params(d, f"{p}norm")
+    return out | _weight_bias(f"{p}norm", d)
 
 
 # --- reading the student's module by the text's names -----------------------------------------
@@ -188,18 +165,16 @@ def _shows_tie(module: nn.Module) -> None:
     object.__setattr__(module, "named_parameters", listing)
 
 
-def _read_by_name(cls: Any) -> Callable[..., Any]:
-    def build(*args: Any, **kwargs: Any) -> Any:
-        module = cls(*args, **kwargs)
-        if isinstance(module, nn.Module):
-            _named_norms(module)
-            _shows_tie(module)
-            for sub in module.modules():  # the reference normalises with the same eps
-                if isinstance(getattr(sub, "eps", None), float):
-                    sub.register_buffer(EPS, torch.tensor(sub.eps), persistent=False)
-        return module
-
-    return build
+def _read_by_name(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """The student's module built, then read by the text's names (above)."""
+    module = cls(*args, **kwargs)
+    if isinstance(module, nn.Module):
+        _named_norms(module)
+        _shows_tie(module)
+        for sub in module.modules():  # the reference normalises with the same eps
+            if isinstance(getattr(sub, "eps", None), float):
+                sub.register_buffer(EPS, torch.tensor(sub.eps), persistent=False)
+    return module
 
 
 # --- one check per module: builds from a table, the properties every module shares ----------
@@ -210,28 +185,11 @@ PAD_HINT = "The mask says which keys are real; it must reach every attention tha
 CAUSAL_HINT = "The self-attention's mask hides later positions."
 
 
-def _builds(init: tuple[str, ...], rows: tuple, cases: Callable) -> Callable[[], list[Build]]:
-    """One construction per row of constructor values, its forward cases ``cases(inputs)``;
-    train() computes what eval() does where dropout is 0."""
-
-    def make() -> list[Build]:
-        made = [dict(zip(init, values, strict=True)) for values in rows]
-        what = lambda i: ", ".join(f"{k} {v}" for k, v in i.items())  # noqa: E731
-        return [Build(what(i), i, functools.partial(cases, i), i["dropout"] == 0.0) for i in made]
-
-    return make
-
-
-def _adds(word: str) -> Callable[[Case], bool]:
-    """The cases that append what ``word`` names (padding, later positions)."""
-    return lambda case: word in getattr(case, "added", "")
-
-
 def _module_check(
     rows: tuple, cases: Callable, dropped: tuple, *extra: Property, **fields: Any
 ) -> Callable[..., Any]:
     """The check of a module: one build per row of constructor values (``cases(inputs)`` its
-    forward cases), its class read by the text's names (above). Its properties: padding
+    forward cases, :class:`Probe` each), its class read by the text's names (above). Its properties: padding
     invariance and causality on the cases that append padding or later positions, ``extra``,
     then where dropout acts (``dropped``: what the output is when everything is dropped, that
     in words, the property, the hint; see :func:`statistics.dropped_in_training`)."""
@@ -240,17 +198,21 @@ def _module_check(
     later = attention.prefix_unchanged(owner, CAUSAL_WORDS, CAUSAL_HINT)
     where = statistics.dropped_in_training(owner, *dropped)
     properties = (
-        Property("padding invariance", applies=_adds("pad"), **pad),
-        Property("causality", applies=_adds("later"), **later),
+        Property("padding invariance", applies=lambda case: "pad" in case.added, **pad),
+        Property("causality", applies=lambda case: "later" in case.added, **later),
         *extra,
-        Property("dropout's place", applies=_dropped_case, **where),
+        Property("dropout's place", applies=lambda case: case.dropped, **where),
     )
-    builds = _builds(fields["init"], rows, cases)
+    builds = []  # train() computes what eval() does where dropout is 0
+    for values in rows:
+        made = dict(zip(fields["init"], values, strict=True))
+        what = ", ".join(f"{k} {v}" for k, v in made.items())
+        builds.append(Build(what, made, functools.partial(cases, made), made["dropout"] == 0.0))
     fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the stacks' specs state more
-    spec = ModuleSpec(builds=builds, init_forms=INIT_FORMS, properties=properties, **fields)
+    spec = ModuleSpec(builds=lambda: builds, init_forms=INIT_FORMS, properties=properties, **fields)
 
     def body(student: Any) -> None:
-        run_module(spec, _read_by_name(student))
+        run_module(spec, functools.partial(_read_by_name, student))
 
     body.__name__ = spec.name
     checked = exercise_check(spec.exercise, spec.title, hint=spec.hint, seed=spec.seed)(body)
@@ -300,7 +262,7 @@ def _ffn_cases(b: Mapping) -> list[Case]:
     g = generator(10 + d)
     shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
     return [
-        Case(f"an input of shape {s}", {"x": _x(*s, g=g)}, grad=i == 0)
+        Probe(f"an input of shape {s}", {"x": _x(*s, g=g)}, grad=i == 0)
         for i, s in enumerate(shapes)
     ]
 
@@ -357,7 +319,7 @@ def _residual_cases(b: Mapping) -> list[Case]:
     d = b["d_model"]
     g, sub = generator(60 + d), _sublayer(d)
     return [
-        Case(
+        Probe(
             f"x of shape {s} (mean 1, scale 3) and an FFN as the sub-layer",
             {"x": 3 * _x(*s, d, g=g) + 1, "sublayer": sub},
             grad=i == 0,
@@ -377,7 +339,7 @@ pre_norm_residual = _module_check(
     ),
     Property(
         "the pre-LN formula",
-        applies=lambda c: not _dropped_case(c),
+        applies=lambda c: not c.dropped,
         **prop.not_a_known_mistake(_residual_mistakes, PRE_LN, None),
     ),
     exercise="Exercise 5.2",
@@ -385,7 +347,7 @@ pre_norm_residual = _module_check(
     name="PreNormResidual",
     init=("d_model", "dropout"),
     forward=("x", "sublayer"),
-    parameters=lambda b: _norm_params(b.inputs["d_model"], "norm"),
+    parameters=lambda b: _weight_bias("norm", b.inputs["d_model"]),
     reference=lambda b, w, buffers, x, sublayer: x + sublayer(_ln(w | buffers, "norm", x)),
     gradients=("x",),
     hint="Compare the two rows of the table in the text: in pre-LN, what does the residual "
@@ -617,7 +579,7 @@ def _model_params(b: Build) -> dict[str, tuple[int, ...]]:
     i = b.inputs
     out = _stack_params(i, i["src_vocab_size"], False, "encoder.")
     out |= _stack_params(i, i["tgt_vocab_size"], True, "decoder.")
-    return out | _linear_params("output_projection", i["tgt_vocab_size"], i["d_model"])
+    return out | _weight_bias("output_projection", i["tgt_vocab_size"], i["d_model"])
 
 
 def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -> torch.Tensor:
@@ -662,7 +624,7 @@ transformer = _module_check(
     ),
     Property(
         "encode and decode",
-        applies=lambda c: not _dropped_case(c),
+        applies=lambda c: not c.dropped,
         **decoding.encode_then_decode("The text lists what encode and decode return."),
     ),
     exercise="Exercise 5.7",
