@@ -31,6 +31,7 @@ from course.spec import (
     Property,
     Spec,
     check,
+    in_train,
     run_function,
 )
 
@@ -143,25 +144,20 @@ def _in_train(module: Any, case: Case, call: Any) -> dict[str, Any]:
 
     def run() -> dict[str, Any]:
         twin = copy.deepcopy(module).double().eval()
-        evaluation = twin(**inputs)
-        trained = twin.train()(**inputs)
-        named = dict(twin.named_parameters())
-        state = {
-            f"{n}.{k[0]}": named.get(f"{n}.{k}") for n in ("w_o", "w_v") for k in ("weight", "bias")
-        }
         return {
-            "eval": evaluation,
-            "train": trained,
+            "eval": twin(**inputs),
+            "train": in_train(twin, (), inputs)["result"],
             "value": inputs["value"],
-            "state": {k: v.detach() if v is not None else None for k, v in state.items()},
+            "state": {k: p.detach() for k, p in twin.named_parameters() if k[:3] in ("w_o", "w_v")},
         }
 
     return prop.observe(f"the module in train() mode on {case.what}", run, random=True)
 
 
 def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) -> None:
-    """Multi-head attention's dropout (0.3, 2 heads), in training mode: it acts on the
-    attention weights before they multiply V, and the weights returned are those before."""
+    """Multi-head attention's dropout (0.3, 2 heads), in training mode: it acts on the attention
+    weights before they multiply V (recovered from the output: undo ``w_o``, split the heads,
+    solve against each head's values), and the weights returned are those before."""
     if got[1].shape != expected[1].shape or got[0].shape != expected[0].shape:
         return  # the shape speaks for itself
     (out_e, w_e), (out_t, w_t) = seen["eval"], seen["train"]
@@ -184,7 +180,26 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
         "property violated: training mode).",
         DROPOUT_HINT,
     )
-    mistake = _dropout_location({**seen, "train": out_t, "eval": out_e, "weights": w_e})
+    w = seen["state"]
+    w_o, w_v = w["w_o.weight"], w["w_v.weight"]
+    b_o, b_v = (w.get(f"{n}.bias", torch.zeros(len(w_o), dtype=w_o.dtype)) for n in ("w_o", "w_v"))
+    # undo w_o: (B, H, Lq, d_k)
+    heads_t, heads_e = (
+        torch.linalg.solve(w_o.T, out - b_o, left=False).unflatten(-1, (2, -1)).transpose(1, 2)
+        for out in (out_t, out_e)
+    )
+    v = (seen["value"] @ w_v.T + b_v).unflatten(-1, (2, -1)).transpose(1, 2)
+    used = heads_t @ torch.linalg.pinv(v)  # the weights that multiplied V
+    if torch.allclose(used @ v, heads_t, atol=1e-8) and is_dropout_of(used, w_e, 0.3):
+        mistake = None if independent(used.abs() < 1e-9, 2) else SHARED
+    elif is_dropout_of(out_t, out_e, 0.3):
+        mistake = "dropout acts on the module's output (after w_o)"
+    elif is_dropout_of(heads_t, heads_e, 0.3):
+        mistake = "dropout acts on the heads' outputs (weights @ V, before w_o)"
+    else:
+        mistake = (
+            "the output is not the values weighted by the attention weights after one dropout(p)"
+        )
     prop.expect(
         mistake is None,
         f"{what}, {mistake} (the property violated: training mode); dropout belongs on the "
@@ -192,30 +207,6 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
         "1/(1-p)) before they multiply V.",
         DROPOUT_HINT,
     )
-
-
-def _dropout_location(observed: dict[str, Any], heads: int = 2, p: float = 0.3) -> str | None:
-    """Where dropout acted: None when on the attention weights (the weights that multiplied V
-    are recovered from the output: undo ``w_o``, split the heads, solve against each head's
-    values), else the mistake in words."""
-    out_t, out_e, w_e, x = (observed[k] for k in ("train", "eval", "weights", "value"))
-    w_o, b_o, w_v, b_v = (observed["state"][k] for k in ("w_o.w", "w_o.b", "w_v.w", "w_v.b"))
-    b_o = torch.zeros(w_o.shape[0], dtype=w_o.dtype) if b_o is None else b_o
-    b_v = torch.zeros(w_v.shape[0], dtype=w_v.dtype) if b_v is None else b_v
-
-    def merged(out: torch.Tensor) -> torch.Tensor:  # undo w_o: (B, H, Lq, d_k)
-        return torch.linalg.solve(w_o.T, out - b_o, left=False).unflatten(-1, (heads, -1))
-
-    heads_t, heads_e = merged(out_t).transpose(1, 2), merged(out_e).transpose(1, 2)
-    v = (x @ w_v.T + b_v).unflatten(-1, (heads, -1)).transpose(1, 2)
-    used = heads_t @ torch.linalg.pinv(v)  # the weights that multiplied V
-    if torch.allclose(used @ v, heads_t, atol=1e-8) and is_dropout_of(used, w_e, p):
-        return None if independent(used.abs() < 1e-9, 2) else SHARED
-    if is_dropout_of(out_t, out_e, p):
-        return "dropout acts on the module's output (after w_o)"
-    if is_dropout_of(heads_t, heads_e, p):
-        return "dropout acts on the heads' outputs (weights @ V, before w_o)"
-    return "the output is not the values weighted by the attention weights after one dropout(p)"
 
 
 def _projections(build: Build) -> dict[str, tuple[int, ...]]:
