@@ -207,13 +207,6 @@ def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask:
     return out, weights[:, 0]
 
 
-def _layers(build: Build) -> dict[str, tuple[int, ...]]:
-    d, dk = build.inputs["d_model"], build.inputs["d_k"] or build.inputs["d_model"]
-    shapes = {"w_q": (dk, d), "w_k": (dk, d), "w_v": (dk, d), "w_o": (d, dk)}
-    return {f"{n}.{p}": s if p == "weight" else s[:1] for n, s in shapes.items()
-            for p in ("weight", "bias")}  # fmt: skip
-
-
 def _module_cases(d_model: int, count: int) -> list[Case]:
     g = generator(25)
     pad = torch.ones(2, 1, 7, dtype=torch.bool)
@@ -234,7 +227,9 @@ self_attention = check(ModuleSpec(
     forward=("x", "mask"), defaults={"mask": None}, forms=(POSITIONAL,),
     builds=lambda: [Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
                     Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
-    parameters=_layers, reference=_self_attention, gradients=("x",), output=lambda r: r[0],
+    parameters=lambda b: ref.projections(
+        "", b.inputs["d_model"], b.inputs["d_k"] or b.inputs["d_model"]),
+    reference=_self_attention, gradients=("x",), output=lambda r: r[0],
     domains={"mask": Masks(hint=MASK_KINDS),  # "passes the mask to your sdp attention": 2.1's
              "x": Tensors(layouts=(), scales=(1e3,), base=causal_case, hint=HUGE_SCORES)},
     hint="The exercise text gives the formula: queries, keys and values are three projections of "

@@ -209,17 +209,6 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
     )
 
 
-def _projections(build: Build) -> dict[str, tuple[int, ...]]:
-    d = build.inputs["d_model"]
-    biased = build.inputs.get("bias", True)
-    return {
-        f"{n}.{k}": (d, d) if k == "weight" else (d,)
-        for n in ("w_q", "w_k", "w_v", "w_o")
-        for k in ("weight", "bias")
-        if k == "weight" or biased
-    }
-
-
 def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
     g = generator(100 + d)
     x, q, k, v, x4, x1 = (
@@ -312,7 +301,9 @@ multi_head_attention = check(
         forms=(POSITIONAL, KEYWORD, DEFAULTS),
         builds=_mha_builds,
         domains={"query": Tensors(layouts=(), scales=(1e4, -1e4), base=causal_case)},  # as 2.1
-        parameters=_projections,
+        parameters=lambda b: ref.projections(
+            "", b.inputs["d_model"], b.inputs["d_model"], b.inputs.get("bias", True)
+        ),
         reference=lambda build, w, buffers, query, key, value, mask=None: ref.multi_head(
             w, "", query, key, value, mask, build.inputs["num_heads"]
         ),

@@ -370,68 +370,49 @@ def _rotated(x: torch.Tensor, positions: Any = None, base: float = 10000.0) -> t
 
 
 def _rope_cases() -> list[Case]:
-    f32, f64, tensor = torch.float32, torch.float64, torch.tensor
-    table = [  # what, x's shape and dtype, the inputs besides x that the case gives, the hint
-        ("x (2, 3, 10, 16)", (2, 3, 10, 16), f32),
-        ("a float64 (1, 7, 6) input", (1, 7, 6), f64, {}, "Keep the input's dtype."),
-        ("a (1, 1, 1, 4) input (one position)", (1, 1, 1, 4), f32),
-        ("a 2-D (12, 32) input", (12, 32), f64),
-        (
+    g, t, f32, f64 = generator(0), torch.tensor, torch.float32, torch.float64
+
+    def given(*shape: int, dtype: torch.dtype = f64, **inputs: Any) -> dict[str, Any]:
+        """x of ``shape`` and the arguments besides x that the case gives."""
+        x = torch.randn(shape, generator=g, dtype=dtype)
+        return {"x": x, "positions": None, "base": 10000.0, **inputs}
+
+    return [
+        Case("x (2, 3, 10, 16)", given(2, 3, 10, 16, dtype=f32), grad=True),
+        Case("a float64 (1, 7, 6) input", given(1, 7, 6), "Keep the input's dtype."),
+        Case("a (1, 1, 1, 4) input (one position)", given(1, 1, 1, 4, dtype=f32)),
+        Case("a 2-D (12, 32) input", given(12, 32)),
+        Case(
             "positions=5..11",
-            (1, 7, 6),
-            f64,
-            {"positions": torch.arange(7) + 5},
+            given(1, 7, 6, positions=torch.arange(7) + 5),
             "Use the `positions` argument when it is given instead of 0..L-1.",
         ),
-        (
+        Case(
             "positions=[3, 0, 17, 2, 2, 40, 1] as float64 (floating point positions are allowed)",
-            (1, 7, 6),
-            f64,
-            {"positions": tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64)},
+            given(1, 7, 6, positions=t([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64)),
+            grad=True,
         ),
-        (
+        Case(
             "positions=[0.5, 0, 2.25, 7, 1.5, 30.75, 3] in float64 (floating point positions are "
             "allowed: compute the angles from them)",
-            (1, 7, 6),
-            f64,
-            {"positions": tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64)},
+            given(1, 7, 6, positions=t([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64)),
             "The angle is position * theta_i for any real position: do not round it or look it up.",
         ),
-        (
+        Case(
             "(B, L) positions, one row per sequence, for x (3, 5, 8)",
-            (3, 5, 8),
-            f64,
-            {"positions": tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]])},
+            given(3, 5, 8, positions=t([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]])),
             "positions may have the shape of x without its last axis: each sequence its own.",
         ),
-        (
+        Case(
             "positions (2, 1, 5) for x (2, 2, 5, 8)",
-            (2, 2, 5, 8),
-            f32,
-            {"positions": tensor([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])},
+            given(2, 2, 5, 8, dtype=f32, positions=t([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])),
             "positions broadcasts to x's shape without its last axis.",
         ),
-        (
+        Case(
             "base=100.0",
-            (1, 7, 6),
-            f64,
-            {"base": 100.0},
+            given(1, 7, 6, base=100.0),
             "theta_i is computed from the `base` argument.",
         ),
-    ]
-    return [
-        Case(
-            what,
-            {
-                "x": torch.randn(shape, generator=generator(i), dtype=dtype),
-                "positions": None,
-                "base": 10000.0,
-                **(given[0] if given else {}),
-            },
-            *given[1:],
-            grad=i in (0, 5),
-        )
-        for i, (what, shape, dtype, *given) in enumerate(table)
     ]
 
 

@@ -118,8 +118,7 @@ def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tupl
     attentions = ("self_attn", "cross_attn") if decoder else ("self_attn",)
     out: dict[str, tuple[int, ...]] = {}
     for a in attentions:
-        for n in ("w_q", "w_k", "w_v", "w_o"):
-            out |= _weight_bias(f"{p}{a}.{n}", d, d)
+        out |= ref.projections(f"{p}{a}.", d, d)
     out |= _ffn_params(d, ff, f"{p}ffn.")
     norms = ("self_attn_residual", "cross_attn_residual") if decoder else ("attn_residual",)
     for n in (*norms, "ffn_residual"):
@@ -189,7 +188,7 @@ def _module_check(
     rows: tuple, cases: Callable, dropped: tuple, *extra: Property, **fields: Any
 ) -> Callable[..., Any]:
     """The check of a module: one build per row of constructor values (``cases(inputs)`` its
-    forward cases, :class:`Probe` each), its class read by the text's names (above). Its properties: padding
+    forward cases), its class read by the text's names (above). Its properties: padding
     invariance and causality on the cases that append padding or later positions, ``extra``,
     then where dropout acts (``dropped``: what the output is when everything is dropped, that
     in words, the property, the hint; see :func:`statistics.dropped_in_training`)."""

@@ -52,6 +52,15 @@ def multi_head(w: Mapping, p: str, query: Any, key: Any, value: Any, mask: Any, 
     return project("w_o", out.transpose(1, 2).flatten(2)), weights
 
 
+def projections(p: str, d_model: int, d_k: int, bias: bool = True) -> dict[str, tuple]:
+    """The parameters :func:`multi_head` reads (name: shape): w_q, w_k, w_v (d_k, d_model) and
+    w_o (d_model, d_k), each with a bias unless ``bias`` is false."""
+    shapes = {"w_q": (d_k, d_model), "w_k": (d_k, d_model), "w_v": (d_k, d_model)}
+    shapes["w_o"] = (d_model, d_k)
+    names = ("weight", "bias") if bias else ("weight",)
+    return {f"{p}{n}.{k}": s if k == "weight" else s[:1] for n, s in shapes.items() for k in names}
+
+
 def key_mask(lengths: list[int], width: int) -> torch.Tensor:
     """(B, 1, width) boolean padding mask, True on the first ``lengths[b]`` keys."""
     return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None])[:, None, :]
