@@ -1,11 +1,9 @@
 """Checks for notebook 01, tokens: the declared contracts of BPE from scratch and TokenEmbedding.
 
-The module stores inputs only. Expected values are computed on the trusted side, in each spec's
-``reference`` (:func:`course.spec.judging`): pair counts with ``Counter``; a merge with a
-regular expression over the joined symbols (``re.sub`` scans left to right without overlap,
-independently of the exercise's loop); the learned merges from those two; encodings with the
-Hugging Face ``tokenizers`` BPE model holding the same merges; the embedding with
-``F.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
+Expected values are computed on the trusted side, independently of the exercises' loops: pair
+counts with ``Counter``; a merge with a regular expression (``re.sub`` scans left to right
+without overlap); encodings with the Hugging Face ``tokenizers`` BPE model holding the same
+merges; the embedding with ``F.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
 """
 
 from __future__ import annotations
@@ -370,11 +368,6 @@ def _embedding_build(number: int) -> Build:
     return Build(f"TokenEmbedding({vocab}, {d_model}, padding_idx={pad})", made, cases)
 
 
-def _embedding_reference(build: Build, w: dict, buffers: dict, token_ids: torch.Tensor) -> Any:
-    d_model, pad = build.inputs["d_model"], build.inputs["padding_idx"]
-    return F.embedding(token_ids, w["embedding.weight"], padding_idx=pad) * math.sqrt(d_model)
-
-
 def _attributes(module: Any) -> dict[str, Any]:
     """What the text names: ``self.embedding`` (an nn.Embedding) and ``self.d_model``."""
     table = getattr(module, "embedding", None)
@@ -402,7 +395,9 @@ token_embedding = check(ModuleSpec(
     init_forms=(POSITIONAL, KEYWORD, DEFAULTS), forward=("token_ids",), forms=(POSITIONAL,),
     builds=lambda: [_embedding_build(n) for n in range(len(EMBEDDINGS))],
     parameters=lambda build: {"embedding.weight": (build.inputs["vocab_size"], build.inputs["d_model"])},
-    reference=_embedding_reference, gradients=("token_ids",),
+    reference=lambda build, w, buffers, token_ids: math.sqrt(build.inputs["d_model"]) * F.embedding(
+        token_ids, w["embedding.weight"], padding_idx=build.inputs["padding_idx"]),
+    gradients=("token_ids",),
     hint="Reread the exercise text: the table's initial distribution, the padding row (zero, "
     "no gradient) and the factor sqrt(d_model) in forward.",
     properties=tuple(Property(name, **kwargs, applies=lambda case: case.grad) for name, kwargs in [

@@ -138,10 +138,6 @@ def _rows_close(got: Any, expected: torch.Tensor, what: str, hint: str = TABLE_H
 LONG = ((512, 32), (10000, 16))  # (max_len, d_model): long tables, as float32 allows
 
 
-def _long_tables(student: Any, case: Any, call_: Any) -> list[Any]:
-    return [prop.call(f"sinusoidal_table({n}, {d})", student, n, d) for n, d in LONG]
-
-
 def _long_judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
     """Long tables within :func:`_rows_close` of the paper's; on a pass, a note where float32
     angles cost precision."""
@@ -181,7 +177,9 @@ sinusoidal_table = check(
             Property(
                 "long tables, as float32 allows",
                 _long_judge,
-                _long_tables,
+                lambda student, case, call: [
+                    prop.call(f"sinusoidal_table({n}, {d})", student, n, d) for n, d in LONG
+                ],
                 applies=lambda c: c.inputs["max_len"] == 7,
             ),
         ),
@@ -278,6 +276,7 @@ def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Te
     return x + paper[: x.size(1)].to(x.dtype)
 
 
+NAME = "SinusoidalPositionalEncoding"
 ENCODINGS = [  # the defaults are max_len=512, dropout=0.0
     ("max_len 40", dict(d_model=16, max_len=40, dropout=0.0), [(1, 9), (2, 11), (3, 40), (4, 1)]),
     ("dropout 0.3", dict(d_model=6, max_len=7, dropout=0.3), [(2, 5), (1, 7), (400, 7)]),
@@ -288,7 +287,7 @@ sinusoidal_encoding = check(
     ModuleSpec(
         exercise="Exercise 4.2",
         title="sinusoidal positional encoding module",
-        name="SinusoidalPositionalEncoding",
+        name=NAME,
         init=("d_model", "max_len", "dropout"),
         init_defaults={"max_len": 512, "dropout": 0.0},
         forward=("x",),
@@ -305,8 +304,7 @@ sinusoidal_encoding = check(
                 _in_train,
                 applies=lambda c: c.inputs["x"].shape[-1] == 6,
             ),
-            *(_too_long(n, d, "SinusoidalPositionalEncoding") for n, d in ((40, 16), (7, 6))),
-            _too_long(512, 8, "SinusoidalPositionalEncoding"),
+            *(_too_long(m.get("max_len", 512), m["d_model"], NAME) for _, m, _ in ENCODINGS),
         ),
     )
 )

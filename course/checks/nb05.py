@@ -466,13 +466,10 @@ STACKS = (  # (vocab, d, heads, d_ff, layers, dropout, max_len, pad_id)
 )
 
 
-def _final_bias(case: Case, state: dict) -> torch.Tensor:
-    ids = next(v for k, v in case.inputs.items() if k.endswith("ids"))
-    return state["norm.bias"].expand(*ids.shape, -1)
-
-
 STACK_DROPPED = (
-    _final_bias,
+    lambda case, state: state["norm.bias"].expand(
+        *next(v for k, v in case.inputs.items() if k.endswith("ids")).shape, -1
+    ),
     "the final norm's bias at every position (the embeddings and every sub-layer's output are "
     "dropped)",
     "dropout wired through every constructor (the positional encoding and every block)",
