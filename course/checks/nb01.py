@@ -250,13 +250,11 @@ MERGE_INPUTS: list[tuple[Symbols, Pair]] = [
     (("ab", "c", "ab", "c</w>"), ("ab", "c")), (("n", "e", "w</w>"), ("x", "y")),
     (("q</w>",), ("q", "q")), ((), ("a", "b")),
 ]  # fmt: skip
-MERGE_HINT = (
-    "Scan left to right and decide at each position whether the pair starts there; a symbol "
-    "that was fused is not looked at again. Compare whole symbols, not pieces of the text."
-)
 merge_pair = check(Spec(
     exercise="Exercise 1.2", title="merge one pair", name="merge_pair",
-    params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge, hint=MERGE_HINT,
+    params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge,
+    hint="Scan left to right and decide at each position whether the pair starts there; a symbol "
+    "that was fused is not looked at again. Compare whole symbols, not pieces of the text.",
     cases=lambda: [Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p})
                    for s, p in MERGE_INPUTS],
     properties=(Property("a tuple", _a_tuple),),

@@ -31,10 +31,6 @@ from course.virtual import VIRTUAL
 
 # --- 2.1 scaled dot-product attention --------------------------------------------------------
 
-ATTENTION_HINT = (
-    "Follow the formula of the exercise text step by step: scores from the queries and keys, "
-    "scaled by sqrt(d_k); the mask; a softmax over the keys; then the values."
-)
 BOOL_HINT = (
     "A boolean mask is True where a query may attend (True = may attend); a blocked key gets "
     "weight exactly 0."
@@ -115,7 +111,9 @@ scaled_dot_product_attention = check(Spec(
     exercise="Exercise 2.1", title="scaled dot-product attention",
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
     defaults={"mask": None}, forms=(POSITIONAL,), reference=ref.attention, cases=_attention_cases,
-    gradients=("query", "key", "value"), hint=ATTENTION_HINT,
+    gradients=("query", "key", "value"),
+    hint="Follow the formula of the exercise text step by step: scores from the queries and keys, "
+    "scaled by sqrt(d_k); the mask; a softmax over the keys; then the values.",
     domains={"query": Tensors(scales=(1e5, -1e5), base=causal_case),  # "of any size"
              "key": Tensors(), "value": Tensors()},  # any layout: views (no "contiguous" in the text)
     by_name=False,  # public code names them q, k, v; the course calls it positionally

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -56,7 +56,7 @@ class Probe(Case):
     alone: Mapping[str, Any] = field(default_factory=dict)
     added: str = ""
     pad: int = 0
-    dropped: bool = False  # a dropout=1.0 build: the train() output is stated
+    dropped: bool = False  # a dropout=1.0 build's: the train() output is stated
 
 
 # --- the reference: the paper's pre-LN layers as functions of the weights -------------------
@@ -202,11 +202,17 @@ def _module_check(
         *extra,
         Property("dropout's place", applies=lambda case: case.dropped, **where),
     )
+    def listed(made: dict) -> list[Case]:
+        if made["dropout"] != 1.0:
+            return cases(made)
+        # every dropout drops everything: the first case alone, in train() mode, output stated
+        return [replace(cases(made)[0], dropped=True, grad=False, alone={}, added="")]
+
     builds = []  # train() computes what eval() does where dropout is 0
     for values in rows:
         made = dict(zip(fields["init"], values, strict=True))
         what = ", ".join(f"{k} {v}" for k, v in made.items())
-        builds.append(Build(what, made, functools.partial(cases, made), made["dropout"] == 0.0))
+        builds.append(Build(what, made, functools.partial(listed, made), made["dropout"] == 0.0))
     fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the stacks' specs state more
     spec = ModuleSpec(builds=lambda: builds, init_forms=INIT_FORMS, properties=properties, **fields)
 
@@ -254,9 +260,6 @@ def _table(names: tuple[str, ...], rows: list[tuple], pad: int = 0) -> list[Case
 
 
 def _ffn_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        x = _x(2, 3, D, g=generator(31))
-        return [Probe("an input of shape (2, 3, 16)", {"x": x}, dropped=True)]
     d = b["d_model"]
     g = generator(10 + d)
     shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
@@ -312,9 +315,6 @@ def _residual_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
 
 
 def _residual_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        inputs = {"x": _x(2, 4, D, g=generator(70)), "sublayer": _sublayer(D)}
-        return [Probe("x of shape (2, 4, 16) and an FFN", inputs, dropped=True)]
     d = b["d_model"]
     g, sub = generator(60 + d), _sublayer(d)
     return [
@@ -366,15 +366,7 @@ BLOCK_DROPPED = (
 )
 
 
-def _dropped_block(decoder: bool) -> list[Case]:
-    g = generator(140)
-    inputs = {"x": _x(2, 6, D, g=g)} | ({"memory": _x(2, 5, D, g=g)} if decoder else {})
-    return [Probe("x (2, 6, 16)", inputs, dropped=True)]
-
-
 def _encoder_block_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        return _dropped_block(False)
     d = b["d_model"]
     g = generator(110 + d)
     x, junk = _x(1, 5, d, g=g), 5 * _x(1, 4, d, g=g)
@@ -412,8 +404,6 @@ encoder_block = _module_check(
 
 
 def _decoder_block_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        return _dropped_block(True)
     d = b["d_model"]
     g = generator(120 + d)
     x, memory = _x(2, 6, d, g=g), _x(2, 5, d, g=g)
@@ -479,8 +469,6 @@ STACK_DROPPED = (
 
 def _encoder_cases(b: Mapping) -> list[Case]:
     g, pad, vocab = generator(210 + b["vocab_size"]), b["pad_id"], b["vocab_size"]
-    if b["dropout"] == 1.0:
-        return [Probe("ids (2, 5)", {"ids": _ids([5, 3], 5, pad, vocab, g)}, dropped=True)]
     width = min(b["max_len"], 9)
     ids = _ids([6, 3, 1], 6, pad, vocab, g)
     explicit = (ids != pad)[:, None, :].clone()
@@ -520,9 +508,6 @@ encoder = _module_check(
 def _decoder_cases(b: Mapping) -> list[Case]:
     g, pad, vocab, d = generator(220 + b["vocab_size"]), b["pad_id"], b["vocab_size"], b["d_model"]
     memory = _x(2, 4, d, g=g)
-    if b["dropout"] == 1.0:
-        inputs = {"tgt_ids": _ids([5, 3], 5, pad, vocab, g), "memory": memory}
-        return [Probe("tgt_ids (2, 5) and a memory", inputs, dropped=True)]
     ids = _ids([6, 3, 1], 6, pad, vocab, g)
     full = _ids([5, 5], 5, pad, vocab, g)
     longer = torch.cat([memory, 3 * _x(2, 2, d, g=g)], 1)
@@ -591,8 +576,6 @@ def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -
 def _model_cases(b: Mapping) -> list[Case]:
     g, pad, sv, tv = generator(310 + b["num_layers"]), b["pad_id"], *MODEL_INIT[:2]
     src, tgt = _ids([7, 4, 2], 7, pad, b[sv], g), _ids([5, 5, 3], 5, pad, b[tv], g)
-    if b["dropout"] == 1.0:
-        return [Probe("a batch of 3", {"src_ids": src, "tgt_ids": tgt}, dropped=True, pad=pad)]
     real, tgt2 = _ids([6, 6], 6, pad, b[sv], g), _ids([5, 5], 5, pad, b[tv], g)
     longer = torch.cat([real, torch.full((2, 3), pad)], 1)
     whole = {"src_ids": real, "tgt_ids": tgt2}
