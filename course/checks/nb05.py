@@ -263,10 +263,7 @@ def _ffn_cases(b: Mapping) -> list[Case]:
     d = b["d_model"]
     g = generator(10 + d)
     shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
-    return [
-        Probe(f"an input of shape {s}", {"x": _x(*s, g=g)}, grad=i == 0)
-        for i, s in enumerate(shapes)
-    ]
+    return _table(("x",), [(f"an input of shape {s}", _x(*s, g=g)) for s in shapes])
 
 
 feed_forward = _module_check(
@@ -317,14 +314,9 @@ def _residual_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
 def _residual_cases(b: Mapping) -> list[Case]:
     d = b["d_model"]
     g, sub = generator(60 + d), _sublayer(d)
-    return [
-        Probe(
-            f"x of shape {s} (mean 1, scale 3) and an FFN as the sub-layer",
-            {"x": 3 * _x(*s, d, g=g) + 1, "sublayer": sub},
-            grad=i == 0,
-        )
-        for i, s in enumerate(((2, 5), (1, 3)))
-    ]
+    what = "x of shape {} (mean 1, scale 3) and an FFN as the sub-layer"
+    rows = [(what.format(s), 3 * _x(*s, d, g=g) + 1, sub) for s in ((2, 5), (1, 3))]
+    return _table(("x", "sublayer"), rows)
 
 
 pre_norm_residual = _module_check(
