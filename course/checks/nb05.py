@@ -205,8 +205,8 @@ def _module_check(
     def listed(made: dict) -> list[Case]:
         if made["dropout"] != 1.0:
             return cases(made)
-        # every dropout drops everything: the first case alone, in train() mode, output stated
-        return [replace(cases(made)[0], dropped=True, grad=False, alone={}, added="")]
+        # every dropout drops everything: the first plain case alone, its train() output stated
+        return [replace(next(c for c in cases(made) if not c.added), dropped=True, grad=False)]
 
     builds = []  # train() computes what eval() does where dropout is 0
     for values in rows:
