@@ -175,6 +175,8 @@ def _device_judge(case: Case, got: Any, expected: Any, seen: list) -> None:
             "property violated: device). On a GPU, masking a GPU tensor with it fails.",
             CAUSAL_HINT,
         )
+
+
 make_causal_mask = check(Spec(
     exercise="Exercise 2.3", title="causal mask", name="make_causal_mask",
     params=("length", "device"), defaults={"device": None}, forms=(POSITIONAL, KEYWORD, DEFAULTS),

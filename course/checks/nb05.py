@@ -202,6 +202,7 @@ def _module_check(
         *extra,
         Property("dropout's place", applies=lambda case: case.dropped, **where),
     )
+
     def listed(made: dict) -> list[Case]:
         if made["dropout"] != 1.0:
             return cases(made)
