@@ -146,7 +146,8 @@ def _long_judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
         what = f"sinusoidal_table({n}, {d})"
         expect(
             isinstance(table, torch.Tensor) and table.dtype == torch.float32,
-            f"{what} is not a float32 tensor (the property violated: the stated dtype).",
+            f"{what} is {getattr(table, 'dtype', prop.a_type(table))}, expected a float32 tensor "
+            "(the property violated: the stated dtype).",
         )
         truth = sinusoid_table(n, d)
         _rows_close(table, truth, what, "Positions start at 0 and run to max_len - 1.")
@@ -427,10 +428,13 @@ def _rotation(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -
         return  # the shape speaks for itself
     x = case.inputs["x"].double()
     bound = tolerance(got.dtype)
+    norms, before = got.double().norm(dim=-1), x.norm(dim=-1)
+    at = tuple(int(i) for i in torch.unravel_index((norms - before).abs().argmax(), norms.shape))
     expect(
-        torch.allclose(got.double().norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4),
-        f"on {case.what}, the vector norms changed (the property violated: a rotation keeps "
-        "every length).",
+        torch.allclose(norms, before, atol=1e-4, rtol=1e-4),
+        f"on {case.what}, the vector norms changed: the vector at index {at} has norm "
+        f"{norms[at].item():.6g}, the input's {before[at].item():.6g} (the property violated: "
+        "a rotation keeps every length).",
         ROPE_HINT,
     )
     if case.inputs.get("positions") is None:
@@ -472,11 +476,13 @@ def _relative(case: Any, got: Any, expected: Any, rotated: list[Any]) -> None:
     """RoPE's defining property: the score ``<R_m q, R_n k>`` depends only on ``m - n``, at
     the tolerance the dtype allows."""
     scores = rotated[0] @ rotated[1].T
+    gap = (scores[1:, 1:] - scores[:-1, :-1]).abs()
+    m, n = (int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
     expect(
         torch.allclose(scores[1:, 1:], scores[:-1, :-1], **tolerance(scores.dtype)),
-        "score(m + 1, n + 1) differs from score(m, n) for one query and one key placed at "
-        "every pair of positions 0..11 (the property violated: the score depends only on "
-        "m - n).",
+        f"score({m + 1}, {n + 1}) = {scores[m + 1, n + 1].item():.6g} differs from score({m}, "
+        f"{n}) = {scores[m, n].item():.6g} for one query and one key placed at every pair of "
+        "positions 0..11 (the property violated: the score depends only on m - n).",
         ROPE_HINT,
     )
 
