@@ -93,7 +93,7 @@ def _attention_cases() -> list[Case]:
              {**qkv((2, 4, 8), (2, 5, 8), (2, 5, 8)), "mask": additive},
              "A float mask is not a True/False mask: it is added to the scores."),
         Case("float64 inputs with a causal mask",
-             {**qkv((2, 3, 7), (2, 3, 7), (2, 3, 7), dtype=torch.float64), "mask": causal[:, :3, :3]},
+             {**qkv((2, 3, 7), (2, 3, 7), (2, 3, 7), dtype=torch.float64), "mask": ref.causal(3)},
              "Keep the inputs' dtype all the way through.", strict=True),
         Case("a boolean mask with one fully masked query row", {**three, "mask": dead},
              "The exercise text says what a query whose keys are all masked gets; softmax of a "
@@ -115,7 +115,7 @@ scaled_dot_product_attention = check(Spec(
     hint="Follow the formula of the exercise text step by step: scores from the queries and keys, "
     "scaled by sqrt(d_k); the mask; a softmax over the keys; then the values.",
     domains={"query": Tensors(scales=(1e5, -1e5), base=causal_case),  # "of any size"
-             "key": Tensors(), "value": Tensors()},  # any layout: views (no "contiguous" in the text)
+             "key": Tensors(), "value": Tensors()},  # views too: the text never says contiguous
     by_name=False,  # public code names them q, k, v; the course calls it positionally
     properties=(
         Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
@@ -209,15 +209,18 @@ def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask:
 
 def _module_cases(d_model: int, count: int) -> list[Case]:
     g = generator(25)
+
+    def x(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, d_model, generator=g)
+
     pad = torch.ones(2, 1, 7, dtype=torch.bool)
     pad[1, 0, 4:] = False
     causal = ref.causal(7)
     return [  # no mask first: a wrong formula shows there before the mask is judged
-        Case("x (2, 7, d_model), no mask", {"x": torch.randn(2, 7, d_model, generator=g)}),
-        Case("a padding mask (2, 1, 7)", {"x": torch.randn(2, 7, d_model, generator=g), "mask": pad},
-             grad=True),
-        Case("a batch of one, x (1, 3, d_model)", {"x": torch.randn(1, 3, d_model, generator=g)}),
-        Case("a causal mask (1, 7, 7)", {"x": torch.randn(2, 7, d_model, generator=g), "mask": causal}),
+        Case("x (2, 7, d_model), no mask", {"x": x(2, 7)}),
+        Case("a padding mask (2, 1, 7)", {"x": x(2, 7), "mask": pad}, grad=True),
+        Case("a batch of one, x (1, 3, d_model)", {"x": x(1, 3)}),
+        Case("a causal mask (1, 7, 7)", {"x": x(2, 7), "mask": causal}),
     ][:count]  # fmt: skip
 
 
@@ -225,8 +228,10 @@ self_attention = check(ModuleSpec(
     exercise="Exercise 2.4", title="single-head SelfAttention", name="SelfAttention", seed=24,
     init=("d_model", "d_k"), init_defaults={"d_k": None}, init_forms=(POSITIONAL, KEYWORD, DEFAULTS),
     forward=("x", "mask"), defaults={"mask": None}, forms=(POSITIONAL,),
-    builds=lambda: [Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
-                    Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
+    builds=lambda: [
+        Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
+        Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2)),
+    ],
     parameters=lambda b: ref.projections(
         "", b.inputs["d_model"], b.inputs["d_k"] or b.inputs["d_model"]),
     reference=_self_attention, gradients=("x",), output=lambda r: r[0],
