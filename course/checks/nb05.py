@@ -676,9 +676,7 @@ GREEDY = (  # source words, width, max_new_tokens, (bos, eos, pad)
 def _greedy_cases() -> list[Case]:
     cases = []
     for n, (words, width, steps, special) in enumerate(GREEDY):
-        src = torch.full((len(words), width), special[2], dtype=torch.long)
-        for row, word in enumerate(words):
-            src[row, : len(word)] = torch.tensor(word)
+        src = torch.tensor([word + [special[2]] * (width - len(word)) for word in words])
         values = (_ReverseOracle(special, 400 + n), src, steps, *special)
         what = f"a batch of {len(words)} sources of width {width}, max_new_tokens {steps}"
         inputs = dict(zip(GREEDY_PARAMS, values, strict=True))
