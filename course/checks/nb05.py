@@ -50,8 +50,8 @@ EPS = "check_eps"  # a buffer the check adds: the eps a norm module uses
 
 @dataclass(frozen=True)
 class Probe(Case):
-    """Every case of this notebook: what its properties need, the inputs ``alone`` (without
-    ``added``), the padding id."""
+    """Every case of a module check here: what its properties need, the inputs ``alone``
+    (without ``added``), the padding id."""
 
     alone: Mapping[str, Any] = field(default_factory=dict)
     added: str = ""
