@@ -58,6 +58,7 @@ from course import properties as prop
 from course.check import exercise_check
 from course.domains import Domain, draw
 from course.observe import PROBE, StudentError, current, observe
+from course.virtual import NOT_MOVED, NOT_MOVED_HINT
 
 POSITIONAL, KEYWORD, DEFAULTS = "positional", "keyword", "defaults"
 NONE, GLOBAL = "none", "global"  # randomness; any other value names the generator parameter
@@ -129,6 +130,12 @@ class Spec(_Contract):
     random: str = NONE
     forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.forbidden
     by_name: bool = True  # drawn inputs also go by name (not where the course never names them)
+    # A case as several calls on objects they change (a model trained step by step):
+    # ``calls(inputs)`` makes them afresh for every run, so that no run sees what another left;
+    # ``watch(inputs, k, code, *args, **kwargs)`` makes call k and returns ``{"result": ...}``
+    # with what the call did and left, as plain data. The properties judge every run.
+    calls: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None = None
+    watch: Callable[..., dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -233,11 +240,19 @@ def _call(
 ) -> Any:
     """The student's ``function`` called through :func:`course.properties.call` (its arguments
     named by the spec's parameters, those it may change in place left unjudged)."""
+    names, free = spec.params, spec.mutable
+    run = functools.partial(prop.call, what, function, *args, random=random, names=names, free=free)
+    return _told(what, run, **kwargs)
+
+
+def _told(what: str, run: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """``run(**kwargs)``, the student's error told with the case (a batch used where it came
+    from, course.virtual.unmoved: the device property's failure)."""
     try:
-        return prop.call(
-            what, function, *args, random=random, names=spec.params, free=spec.mutable, **kwargs
-        )
+        return run(**kwargs)
     except StudentError as error:
+        if "BatchNotMoved" in error.error_type.split(","):
+            raise prop.CheckFailure(_on(what, NOT_MOVED), NOT_MOVED_HINT) from None
         raise prop.CheckFailure(_on(what, error.message)) from None
 
 
@@ -265,7 +280,11 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     call = functools.partial(_call_forms, spec, student, spec.name)
     called = _called_again(cases, earlier, call, forms)
     for case, results in zip(cases, called, strict=True):
-        _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
+        if spec.calls:
+            reference = functools.partial(_run, spec, spec.reference, "", case, spec.forms[0])
+        else:
+            reference = functools.partial(spec.reference, **case.inputs)
+        _judge_case(spec, case, results, student, reference)
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
         if spec.random not in (NONE, GLOBAL):
@@ -284,10 +303,26 @@ def _call_forms(
         args, kwargs, shown = _arranged(spec, case.inputs, form)
         what = f"{name}({shown}) on {case.what}"
         what += _left_out(spec, case, form) if isinstance(spec, Spec) else ""
+        if isinstance(spec, Spec) and spec.calls:
+            results.append((what, _run(spec, student, what, case, form)))
+            continue
         args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no other call
         result = _call(what, student, args, kwargs, spec, spec.random == GLOBAL)
         results.append((what, result))
     return results
+
+
+def _run(spec: Spec, code: Callable, what: str, case: Case, form: str) -> list[dict]:
+    """What each call of a run (``spec.calls``) returned and left, watched: the student's
+    calls observed (``what`` names them), the reference's (``what`` empty) made directly."""
+    made = spec.calls(case.inputs)
+    out = []
+    for k, inputs in enumerate(made):
+        args, kwargs, _ = _arranged(spec, inputs, form)
+        run = functools.partial(spec.watch, inputs, k, code)
+        step = f"{what}, call {k + 1} of {len(made)}" if len(made) > 1 else what
+        out.append(_call(step, run, args, kwargs, spec) if what else run(*args, **kwargs))
+    return out
 
 
 def _left_out(spec: Spec, case: Case, form: str) -> str:
@@ -415,14 +450,24 @@ def _judge_case(
         return
     expected = reference()  # None: a random result, which only the properties judge
     hint = case.hint or spec.hint
+    pairs = [(what, got, expected) for what, got in results]
+    runs = [(case, results[0][1])]  # a run of several calls: every run judged, call by call
+    if isinstance(spec, Spec) and spec.calls:
+        pairs = [
+            (f"{what}, call {k + 1}" if len(got) > 1 else what, mine["result"], ours["result"])
+            for what, got in results
+            for k, (mine, ours) in enumerate(zip(got, expected, strict=True))
+        ]
+        runs = [(replace(case, what=what), got) for what, got in results]
     if expected is not None:
-        for what, got in results:
-            prop.expect_result(got, expected, what, hint, case.strict, values=False)
+        for what, got, want in pairs:
+            prop.expect_result(got, want, what, hint, case.strict, values=False)
     for item, seen in observed:
-        item.judge(case, results[0][1], expected, seen)
+        for judged, got in runs:
+            item.judge(judged, got, expected, seen)
     if expected is not None and case.compare:
-        for what, got in results:
-            prop.expect_result(got, expected, what, hint, case.strict)
+        for what, got, want in pairs:
+            prop.expect_result(got, want, what, hint, case.strict)
 
 
 def _first_tensor(result: Any) -> Any:
@@ -526,11 +571,7 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
 
 
 def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
-    try:
-        module, _ = prop.construct(what, cls, *args, **kwargs)
-    except StudentError as error:
-        raise prop.CheckFailure(_on(what, error.message)) from None
-    return module
+    return _told(what, functools.partial(prop.construct, what, cls, *args), **kwargs)[0]
 
 
 def _load(module: nn.Module, weights: Mapping[str, torch.Tensor]) -> bool:

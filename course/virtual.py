@@ -185,6 +185,14 @@ class BatchNotMoved(RuntimeError):
     """Raised when a tensor of a batch "on another device" is used before being moved."""
 
 
+NOT_MOVED = (  # the device property's failure where a BatchNotMoved was raised
+    "a tensor of the batch was used where it came from, not moved to the model's device. The "
+    "property violated: device (the check hands over batches that act as if they lived on "
+    "another device; on a GPU this fails with 'Expected all tensors to be on the same device')."
+)
+NOT_MOVED_HINT = "Move every tensor of a batch to the model's device before the forward pass."
+
+
 class _OnAnotherDevice(torch.Tensor):
     """A CPU tensor that behaves as if it lived on another device (a GPU data loader's): its
     shape, dtype and device can be read and ``.to(device)`` gives an ordinary tensor, but any
