@@ -239,7 +239,8 @@ def _dropout_judge(case: Any, got: Any, expected: torch.Tensor, trained: Any) ->
         return  # the shape speaks for itself
     expect(
         isinstance(trained, torch.Tensor) and trained.shape == expected.shape,
-        f"{what}: the output has another shape than in eval mode.",
+        f"{what}: the output has shape {tuple(getattr(trained, 'shape', ()))}, in eval mode "
+        f"{tuple(expected.shape)} (the property violated: training mode).",
         ENCODING_HINT,
     )
     expect(
