@@ -1,22 +1,12 @@
 """The self-check framework behind every ``check.<exercise>(...)`` cell.
 
-A check runs the student's code on inputs it chooses, compares the result with an
-independent reference and reports in one of three ways:
-
-* passed          -> one short line, ``✅ Exercise 0.1 (softmax): passed``
-* not implemented -> ``⏳ ... not implemented yet`` (the stub still raises NotImplementedError)
-* failed          -> what is wrong, what was expected, and a hint; no traceback from
-                     inside the checker (the student's own exception is summarised).
-
-In a notebook a check that does not pass raises :class:`CheckFailed`, so "Run All" stops at
-the first exercise that needs work; IPython renders it as the short message alone (via
-``_render_traceback_``). Tests call checks with ``raise_on_failure=False``, which returns the
-:class:`CheckResult` instead of raising.
-
-A check is declared as a spec and applied by one runner: see :mod:`course.spec`, whose
-docstring holds the worked example (``tests/test_spec.py`` runs it through probe and replay).
-:func:`exercise_check` is the layer under it: it turns a body into the notebook-facing
-function and runs it in the three modes of :mod:`course.observe`.
+A check reports passed (one short line), not implemented (the stub still raises
+NotImplementedError) or failed (what is wrong, what was expected, a hint; no traceback from inside
+the checker, the student's own exception summarised). In a notebook a check that does not pass
+raises :class:`CheckFailed`, so "Run All" stops at the first exercise that needs work (IPython
+shows the message alone); tests pass ``raise_on_failure=False`` and get the :class:`CheckResult`.
+Checks are specs (:mod:`course.spec`); :func:`exercise_check`, the layer under them, turns a body
+into the notebook's function and runs it in the three modes of :mod:`course.observe`.
 """
 
 from __future__ import annotations
@@ -114,18 +104,17 @@ class ReplayDisagrees(AssertionError):
 
 
 def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult:
-    """The verdict of the notebook (local) must be the verdict of the trusted replay of a probe.
-
-    The probe itself decides nothing (the student's process computes no answer), so it is the
-    local run that the replay is compared with.
-    """
+    """The notebook's (local) verdict must be the trusted replay's of a probe (the probe itself
+    decides nothing); where the two runs saw different results, the student's code depends on
+    earlier calls: a verdict that says so, not a crash."""
     seed = int(os.environ.get(TEST_SEED, "0"))  # the tests run every check on other inputs too
     with obs.session(obs.LOCAL, seed) as state:
         local = _evaluate(check, check.body, args, kwargs)
     _, record = probe(check, *args, seed=seed, **kwargs)
     replayed = replay(check, record, seed=seed, positional=len(args), keywords=tuple(kwargs))
     if (local.status, local.message) != (replayed.status, replayed.message):
-        changed = _first_change(state.record, obs.decode(record))
+        pairs = zip(state.record, obs.decode(record), strict=False)  # what it saw, how it ended
+        changed = next((a.what for a, b in pairs if obs.encode([a]) != obs.encode([b])), None)
         if changed is not None:  # the student's code, not the check: a verdict, not a crash
             failure = depends_on_earlier_calls(
                 changed, "the check's second run got another result than its first"
@@ -138,25 +127,11 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
     return replayed
 
 
-def _first_change(first: list[obs.Observation], second: list[obs.Observation]) -> str | None:
-    """The first observation the student's code answered differently in two runs of one check
-    (same seed, same inputs), or None where both runs saw the same."""
-    for a, b in zip(first, second, strict=False):
-        if obs.encode([a]) != obs.encode([b]):  # its words, what it saw, or how it ended
-            return a.what
-    return None
-
-
 def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int = 0) -> Callable:
-    """Decorate a check body ``body(*student_objects)`` into a notebook-facing check.
-
-    The body touches the student's objects only through :func:`course.observe.observe`, draws
-    its inputs from :func:`course.observe.generator` and raises :class:`CheckFailure` (usually
-    via the ``expect*`` helpers) when something is wrong. It runs on a fork of torch's random
-    state seeded with ``seed``, so the notebook's own random stream is left as it was. The same
-    body runs in the notebook (``check.name(obj)``), in the student's process while grading
-    (:func:`probe`) and in the grader's trusted process (:func:`replay`).
-    """
+    """A check body ``body(*student_objects)`` as the notebook's check: it touches the student's
+    objects only through :func:`course.observe.observe`, raises :class:`CheckFailure` when
+    something is wrong, and runs on a fork of torch's random state seeded with ``seed`` (the
+    notebook's own stream left as it was), in the notebook, :func:`probe` and :func:`replay`."""
 
     def decorate(body: Callable[..., None]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
@@ -178,12 +153,8 @@ def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int
 
 
 def probe(check: Callable, *args: Any, seed: int = 0, **kwargs: Any) -> tuple[CheckResult, bytes]:
-    """Run ``check`` on the student's objects while recording every observation.
-
-    Returns the result as the student's process sees it and the record as bytes for the grader.
-    A check written as a spec (:mod:`course.spec`) computes no reference and judges nothing here,
-    so that result says only whether the student's code ran: :func:`replay` decides.
-    """
+    """``check`` on the student's objects, recording every observation: the result as the
+    student's process sees it (a spec judges nothing there) and the record for the grader."""
     with obs.session(obs.PROBE, seed) as state:
         result = _evaluate(check, check.body, args, kwargs)
         record = obs.encode(state.record)
@@ -193,11 +164,9 @@ def probe(check: Callable, *args: Any, seed: int = 0, **kwargs: Any) -> tuple[Ch
 def replay(
     check: Callable, record: bytes, seed: int = 0, positional: int = 1, keywords: Sequence[str] = ()
 ) -> CheckResult:
-    """The trusted verdict: ``check``'s body on recorded observations, student objects absent.
-
-    ``positional`` and ``keywords`` describe the check call as the *template* writes it (how
-    many positional arguments, which keyword names), never as the student's process reports.
-    """
+    """The trusted verdict: ``check``'s body on recorded observations, student objects absent;
+    ``positional`` and ``keywords``: the check call as the *template* writes it, never as the
+    student's process reports."""
     try:
         observations = obs.decode(record)
     except Exception as error:  # noqa: BLE001 - whatever the untrusted bytes are

@@ -1,8 +1,5 @@
-"""How a check says "wrong": the failure it raises, and the student's exception in one line.
-
-Kept apart from :mod:`course.check` so that :mod:`course.observe` (which the check framework
-imports) can use them without an import circle.
-"""
+"""How a check says "wrong", and the student's exception in one line (apart from
+:mod:`course.check`, so that :mod:`course.observe` uses them without an import circle)."""
 
 from __future__ import annotations
 
@@ -30,18 +27,12 @@ def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:
     )
 
 
-_CHECKER_FILES = (
-    "/course/check.py",
-    "/course/checks/",
-    "/course/observe.py",
-    "/course/properties/",
-    "/course/spec.py",
-    "/course/virtual.py",
-    "/course/failure.py",
-    "/course/sealed.py",
-    "/course/domains.py",
-    "/course/forbidden.py",
+_CHECKERS = (  # the checking modules: a frame there is never the student's line
+    "check.py checks/ observe.py properties/ spec.py virtual.py failure.py sealed.py domains.py "
+    "forbidden.py"
 )
+_CHECKER_FILES = [f"/course/{name}" for name in _CHECKERS.split()]
+
 _LIBRARY_DIRS = tuple(
     {
         path.replace("\\", "/").rstrip("/") + "/"

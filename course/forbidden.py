@@ -1,20 +1,12 @@
 """A built-in the exercise text forbids, found in the answer's source by its syntax tree.
 
-One reading serves both sides: the notebook's check reads the source of the function it was
-given (:func:`source_of`), the grader reads the student's cells of that exercise
-(:func:`judge_sources`); :func:`uses` finds every known spelling of a forbidden name:
-
-* an attribute of anything: ``torch.softmax``, ``F.softmax``, ``x.softmax(...)``,
-  ``torch.nn.functional.softmax``, ``torch.special.softmax``;
-* an imported name: ``from torch import softmax as s``;
-* a string naming it, read by ``getattr(torch, "softmax")``.
-
-Names the syntax tree cannot follow (``exec``, ``eval``, ``getattr`` with a computed name,
-``__import__``, ``importlib``, ``globals()``, ``vars()``, ``__dict__``) are :func:`dynamic`: the
-grader flags them for the instructor, who reads the answer (the README's "not protected").
-
-Decision for 0.1 (issue 38): its text forbids only ``torch.softmax`` and states a tensor in and
-out; an answer that computes with NumPy's ``exp`` and ``sum`` and returns a tensor meets it.
+One reading serves the notebook (:func:`source_of` the function given) and the grader (the
+student's cells, :func:`judge_sources`): :func:`uses` finds an attribute of anything
+(``F.softmax``, ``x.softmax(...)``), an imported name (``from torch import softmax as s``) and a
+string read by ``getattr``. Names the tree cannot follow (``exec``, a computed ``getattr``,
+``importlib``, ``vars()``...) are :func:`dynamic`: flagged for the instructor (the README's "not
+protected"). Decision for 0.1 (issue 38): its text forbids only ``torch.softmax`` and states a
+tensor in and out; an answer computing with NumPy's ``exp`` and ``sum`` meets it.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Observations: how a check touches the student's code, so that its verdict can run elsewhere.
 
-A check body never calls the student's objects directly. It wraps every such call in
-:func:`observe`, which returns the result as *plain data* (tensors, numbers, strings, and
-lists, tuples, dicts and sets of them). Everything else in the body (choosing inputs,
-computing the reference, comparing) is the check's own code. That split lets one body run in
-three modes:
-
-``local``   (a notebook, the tests) ``observe`` calls the student's code and returns its result.
-``probe``   (the student's process while grading) the same, and every observation is also
-            recorded; :func:`encode` turns the record into bytes (JSON + safetensors, never a
-            pickle) that the grader reads after the student's process has ended.
-``replay``  (the grader's trusted process) ``observe`` never calls anything: it returns the
-            next recorded observation. The student's objects are replaced by :class:`Absent`
-            placeholders. The grader regenerates the inputs from the same seed, computes its
-            own reference values and decides.
-
-Whatever the student's process does (patch the check, forge the record), the trusted replay
-compares the recorded data with references it computed itself: only data equal to the right
-answers passes.
-
-Inputs come from :func:`generator`, seeded from the session's seed, so that the probe and the
-replay draw the same inputs and the grader can choose another seed for a whole run.
+A check body calls the student's objects only inside :func:`observe`, which returns the result
+as *plain data* (tensors, numbers, strings and containers of them); the rest of the body
+(inputs, reference, comparison) is the check's own code. So one body runs in three modes:
+``local`` (a notebook, the tests) calls the student's code; ``probe`` (the student's process
+while grading) does too and records every observation, which :func:`encode` writes as JSON and
+safetensors (never a pickle); ``replay`` (the grader's trusted process) calls nothing, returns
+the recorded observations in turn, with the student's objects :class:`Absent`, and judges them
+against references it computes itself: whatever the student's process forges, only data equal to
+the right answers passes. Inputs come from :func:`generator`, seeded from the session's seed, so
+probe and replay draw the same.
 """
 
 from __future__ import annotations
@@ -54,7 +43,8 @@ class TouchedOutsideObserve(RuntimeError):
 
 
 class StudentError(Exception):
-    """The student's code raised ``error_type``; ``message`` is the summary shown to them."""
+    """The student's code raised ``error_type`` (its classes, comma-separated); ``message`` is the
+    summary shown to them."""
 
     def __init__(self, message: str, error_type: str = "Exception"):
         super().__init__(message)
@@ -68,8 +58,8 @@ _LIMITS = {"what": None, "kind": 20, "message": 4000, "error_type": 400, "ran": 
 
 @dataclass
 class Observation:
-    """One observation: ``kind`` is value, not_implemented, error (the student's code raised)
-    or failure (a check helper inside the observed call failed with ``message`` and ``hint``)."""
+    """``kind``: value, not_implemented, error (the student's code raised) or failure (a check
+    helper inside the observed call failed with ``message`` and ``hint``)."""
 
     what: str
     kind: str
@@ -100,7 +90,7 @@ def current() -> Session:
 
 @contextlib.contextmanager
 def session(mode: str, seed: int = 0, record: list[Observation] | None = None) -> Iterator[Session]:
-    """Run a check body in ``mode``; ``record`` holds the observations to replay."""
+    """Run a check body in ``mode``; ``record``: the observations to replay."""
     global _session
     previous, _session = _session, Session(mode, seed, list(record or []))
     try:
@@ -166,14 +156,10 @@ def to_student_plain(value: Any) -> Any:
 
 
 def to_plain(value: Any) -> Any:
-    """``value`` as plain data: tensors detached and copied to the CPU, containers rebuilt.
-
-    Types are kept as they were: a NumPy array or scalar, or a subclass of ``int``/``float``,
-    becomes :class:`Foreign` (never a tensor or a Python number), so a check that states "a
-    Python float" or "a torch.Tensor" sees what the student's code really returned. Raises
-    :class:`NotPlainData` for anything else (a module, a function): a check must turn such
-    objects into data (a state dict, an output) inside the observed call.
-    """
+    """``value`` as plain data: tensors detached and copied to the CPU, containers rebuilt,
+    types kept (a NumPy value or a subclass of a built-in becomes :class:`Foreign`, so a check
+    that states "a Python float" sees what came back). :class:`NotPlainData` for anything else:
+    a check turns a module or a function into data inside the observed call."""
     if type(value) in _EXACT or isinstance(value, Foreign):
         return value
     if isinstance(value, torch.Tensor):  # read so that no code of a subclass runs
@@ -355,18 +341,13 @@ _STATE_MESSAGES = {
 
 
 def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
-    """Run ``call`` (which uses the student's objects) and return its result as plain data.
+    """``call()`` (which uses the student's objects), its result as plain data.
 
-    ``what`` names the observation in words ("softmax of a (4, 7) tensor"); in the replay it must
-    match the recorded one, so a record cannot be shuffled. The call runs on a fork of torch's
-    global random state seeded from the session seed and the observation's index, so the
-    student's initialisation is reproducible and the check's own random stream is the same in
-    every mode. Global state the call leaves changed (grad mode, default dtype; torch's global
-    random state unless ``random=True``, for calls that may legitimately draw from it) is
-    restored and reported as a failure naming it. ``NotImplementedError`` propagates as itself;
-    any other exception becomes :class:`StudentError` with the summary of what the student's
-    code raised.
-    """
+    ``what`` names it in words; the replay's must match the record's, so a record cannot be
+    shuffled. It runs on a fork of torch's global random state seeded from the session seed and
+    its index (the same stream in every mode). Global state it leaves changed (grad mode, default
+    dtype; the global random state unless ``random``) is restored and reported as a failure.
+    ``NotImplementedError`` propagates; any other exception becomes :class:`StudentError`."""
     state = _session
     index = state.cursor
     state.cursor += 1

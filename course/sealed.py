@@ -1,23 +1,19 @@
 """Records the student's objects cannot bend: what the probe calls, bound before student code runs.
 
-A probe runs in the student's process, beside objects the student built. Three ways they could
-bend what it records, and what this module does about each:
+A probe runs beside objects the student built; three ways they could bend what it records:
 
-* **a tensor subclass** (``__torch_function__``, an overridden ``detach``) runs code when the
-  probe copies it: restore an input, re-enable grad mode, re-cast float64 to float32.
-  :func:`plain_tensor` reads a tensor through the C base class with torch-function dispatch off
-  (subclasses and modes alike), so no student code runs; :func:`exact_type` says whether it was
-  a ``torch.Tensor`` at all (a subclass where the text states a tensor is a failure).
-* **replaced functions** (``torch.random.get_rng_state``, ``torch.is_grad_enabled`` in
-  ``sys.modules``): the probe reads global state only through :data:`BOUND`, C functions and the
-  default generator taken when ``course`` is imported, before any student cell runs.
-* **a replaced binding** (this module's :data:`BOUND` edited at run time): every observation
-  carries :func:`fingerprint` of what it called; the trusted replay computes its own and a
-  difference is :class:`Tampered`: the exercise scores 0 with that reason, flagged.
+* **a tensor subclass** runs code when the probe copies it (restore an input, re-cast float64):
+  :func:`plain_tensor` reads through the C base class with torch-function dispatch off, so no
+  student code runs; :func:`exact_type` says whether it was a ``torch.Tensor`` at all.
+* **replaced functions** (``torch.is_grad_enabled`` in ``sys.modules``): global state is read
+  only through :data:`BOUND`, C functions taken when ``course`` is imported, before any student
+  cell runs.
+* **a replaced binding** (:data:`BOUND` edited at run time): every observation carries the
+  :func:`fingerprint` of what it called; the replay's differs: :class:`Tampered`, the exercise
+  scores 0, flagged.
 
-What the student's process could still do (rewrite ``course.observe`` itself in memory) is the
-README's "not protected" paragraph: the trusted side re-judges every recorded value against its
-own reference, so a rewritten probe can hide a side effect, never forge a right answer.
+A rewritten ``course.observe`` is the README's "not protected": the trusted side re-judges every
+recorded value against its own reference, so it can hide a side effect, never forge an answer.
 """
 
 from __future__ import annotations

@@ -1,52 +1,23 @@
 """Every check a spec: an exercise's contract declared once, as data; one runner applies it.
 
-A spec says what the exercise text says, nothing more:
+A spec says what the exercise text says, nothing more (the fields below); its reference *is* the
+stated result: its type, dtype, shape and device are what the student's result must have. The
+worked example is CONTRIBUTING's "Checks" (``tests/test_spec.py`` runs it). :func:`check` turns
+a spec into the notebook's check, whose runner applies every property to every case in one
+order, with the messages of :mod:`course.properties`: the call in every form (inputs untouched,
+global state unchanged), the stated result's type, the spec's own properties, the values, the
+gradients, ``train()`` against ``eval()``, and the device: every case again on a second device
+that computes real values (:mod:`course.virtual`), so "undecided" does not exist.
 
-* the signature, as the course itself calls it (``params``, ``defaults``, the call ``forms``:
-  positional as later notebooks call it, by keyword, with the defaults left out);
-* the reference, which *is* the stated result: its return type, dtype, shape and device are
-  what the student's result must have (a Python float, a list of ints, a 0-dim tensor...);
-* the inputs it must leave untouched, its randomness (none; only from a given generator;
-  torch's global generator), its gradients;
-* for a module: the constructor, the parameters the text names (names and shapes), the
-  behaviour in ``train()`` (the same as ``eval()`` unless the text describes randomness);
-* the case table (:class:`Case`), drawn from :func:`course.observe.generator`.
-
-:func:`check` turns a spec into the notebook-facing check. Its runner applies every declared
-property to every case, in one order, with the messages of :mod:`course.properties` (the only
-place a property and its message are written):
-
-1. the call in every form (``properties.call``: inputs untouched, global state unchanged);
-2. the stated result (``properties.expect_result``: type observed before any conversion, dtype,
-   shape, values at the tolerance the dtype allows, or float64's when the case is ``strict``);
-3. the spec's own properties (:class:`Property`: observations, then a judgement);
-4. gradients of the declared inputs (and a module's parameters) against the reference's;
-5. ``train()`` against ``eval()`` for a module whose text describes no randomness;
-6. the device: every case again on a second device that computes real values
-   (:mod:`course.virtual`), in training and evaluation mode: "undecided" does not exist.
-
-**No answer in the student's process.** While grading, the student's process only *observes*
-(``probe`` mode): the runner makes the same observations in the same order and computes no
-reference, no expected value and no comparison there (:func:`judging` is false). The grader's
-trusted process replays the observations and judges. A spy on the comparison helpers in the
-student's process sees nothing but the student's own results.
-
-Worked example (notebook 00's softmax; ``tests/test_spec.py`` runs it through probe and replay)::
-
-    softmax = check(Spec(
-        exercise="Exercise 0.1", title="numerically stable softmax", name="softmax",
-        params=("x", "dim"), defaults={"dim": -1},
-        reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
-        cases=lambda: [Case("a random (4, 7) tensor", {"x": torch.randn(4, 7, generator=generator())})],
-        domains={"x": Tensors(), "dim": Numbers(lambda i: -i["x"].dim(), lambda i: i["x"].dim() - 1,
-                                                integer=True)},
-    ))
+No answer in the student's process: while grading it only observes (``probe``), making the same
+observations in the same order; the grader's trusted process replays them, and alone computes
+the reference and judges (:func:`judging`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,6 +29,7 @@ from course import properties as prop
 from course.check import exercise_check
 from course.domains import Domain, draw
 from course.observe import PROBE, StudentError, current, observe
+from course.virtual import NOT_MOVED, NOT_MOVED_HINT
 
 POSITIONAL, KEYWORD, DEFAULTS = "positional", "keyword", "defaults"
 NONE, GLOBAL = "none", "global"  # randomness; any other value names the generator parameter
@@ -86,13 +58,10 @@ class Case:
 
 @dataclass(frozen=True)
 class Property:
-    """A property of the exercise's text that the result alone does not show (a blocked key gets
-    exactly 0, causality, padding invariance...). ``observe(student, case, call)`` makes the
-    observations it needs (``call(inputs)`` calls the student's code as the spec does) and
-    returns them as plain data; ``judge(case, got, expected, observed)`` decides, on the trusted
-    side only, after the result's types and dtypes were found right and before its shapes and
-    values are compared (so the property's own message is the one a student reads). Write both in
-    :mod:`course.properties`, with the message."""
+    """A property of the text that the result alone does not show (a blocked key gets exactly 0).
+    ``observe(student, case, call)`` returns plain data (``call(inputs)`` calls the student's
+    code as the spec does); ``judge(case, got, expected, observed)`` decides on the trusted side,
+    after the result's types and before its values, so its own message is the one read."""
 
     name: str
     judge: Callable[[Case, Any, Any, Any], None]
@@ -129,6 +98,12 @@ class Spec(_Contract):
     random: str = NONE
     forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.forbidden
     by_name: bool = True  # drawn inputs also go by name (not where the course never names them)
+    # A case as several calls on objects they change (a model trained step by step):
+    # ``calls(inputs)`` makes them afresh for every run, so that no run sees what another left;
+    # ``watch(inputs, k, code, *args, **kwargs)`` makes call k and returns ``{"result": ...}``
+    # with what the call did and left, as plain data. The properties judge every run.
+    calls: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None = None
+    watch: Callable[..., dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,12 +118,10 @@ class Build:
 
 @dataclass(frozen=True, kw_only=True)
 class ModuleSpec(_Contract):
-    """A module's contract: constructor, the parameters the text names, forward, reference.
-
-    ``parameters(build)`` gives ``{name: shape}`` of every trainable parameter the text names;
-    the runner loads *the check's own* random weights into them (so all-zero or copied weights
-    cannot pass) and ``reference(build, weights, **inputs)`` computes the stated result with the
-    same weights. ``buffers`` names buffers the reference also needs (read from the module)."""
+    """A module's contract. ``parameters(build)``: ``{name: shape}`` of every trainable parameter
+    the text names, into which the runner loads *its own* random weights (all-zero or copied
+    weights cannot pass); ``reference(build, weights, buffers, **inputs)`` is the stated result
+    with the same weights and the module's buffers."""
 
     init: tuple[str, ...]
     forward: tuple[str, ...]
@@ -184,11 +157,7 @@ def arrange(
     if form == POSITIONAL:  # a parameter left out before a given one: its default, in place
         last = max((params.index(p) for p in given), default=-1)
         spots = [p for p in params[: last + 1] if p not in keyword_only]
-        if all(p in inputs or p in defaults for p in spots):
-            args = tuple(inputs[p] if p in inputs else defaults[p] for p in spots)
-        else:
-            args = tuple(inputs[p] for p in given)
-        kwargs = {}
+        args, kwargs = tuple(inputs[p] if p in inputs else defaults[p] for p in spots), {}
     else:  # the first parameter positionally, the rest by name
         args = (inputs[given[0]],) if given else ()
         kwargs = {p: inputs[p] for p in given[1:]}
@@ -212,14 +181,9 @@ def _show(value: Any) -> str:
 
 
 def _forms(forms: Sequence[str], show: Callable[[str], str]) -> list[str]:
-    """The distinct call forms (``show(form)``: the call written out; a one-argument call has a
-    single form)."""
-    seen, out = set(), []
-    for form in forms:
-        if show(form) not in seen:
-            seen.add(show(form))
-            out.append(form)
-    return out
+    """The distinct call forms, by the call written out (a one-argument call has one form)."""
+    shown = [show(form) for form in forms]
+    return [form for i, form in enumerate(forms) if shown[i] not in shown[:i]]
 
 
 def _arranged(spec: Spec | ModuleSpec, inputs: Mapping[str, Any], form: str = "") -> tuple:
@@ -233,24 +197,27 @@ def _call(
 ) -> Any:
     """The student's ``function`` called through :func:`course.properties.call` (its arguments
     named by the spec's parameters, those it may change in place left unjudged)."""
+    names, free = spec.params, spec.mutable
+    run = functools.partial(prop.call, what, function, *args, random=random, names=names, free=free)
+    return _told(what, run, **kwargs)
+
+
+def _told(what: str, run: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """``run(**kwargs)``, the student's error told with the case (a batch used where it came
+    from, course.virtual.unmoved: the device property's failure)."""
     try:
-        return prop.call(
-            what, function, *args, random=random, names=spec.params, free=spec.mutable, **kwargs
-        )
+        return run(**kwargs)
     except StudentError as error:
-        raise prop.CheckFailure(_on(what, error.message)) from None
-
-
-def _on(what: str, message: str) -> str:
-    """The student's error told with the case, once."""
-    return message if what in message else f"on {what}, {message}"
+        moved = "BatchNotMoved" in error.error_type.split(",")
+        message, hint = (NOT_MOVED, NOT_MOVED_HINT) if moved else (error.message, None)
+        told = message if what in message else f"on {what}, {message}"  # the case named once
+        raise prop.CheckFailure(told, hint) from None
 
 
 # --- the runner: functions ------------------------------------------------------------------
 
 
 def run_function(spec: Spec, student: Callable[..., Any]) -> None:
-    """Apply every property of ``spec`` to ``student`` (see the module's docstring)."""
     if spec.forbidden:  # the answer's own source, read as the grader reads the student's cells
         source = observe(f"the source of {spec.name}", lambda: banned.source_of(student))
         used = banned.uses(source, spec.forbidden) if judging() else []
@@ -265,7 +232,13 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     call = functools.partial(_call_forms, spec, student, spec.name)
     called = _called_again(cases, earlier, call, forms)
     for case, results in zip(cases, called, strict=True):
-        _judge_case(spec, case, results, student, lambda c=case: spec.reference(**c.inputs))
+        if isinstance(results, prop.CheckFailure):
+            raise results
+        if spec.calls:
+            reference = functools.partial(_run, spec, spec.reference, "", case, spec.forms[0])
+        else:
+            reference = functools.partial(spec.reference, **case.inputs)
+        _judge_case(spec, case, results, student, reference)
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
         if spec.random not in (NONE, GLOBAL):
@@ -277,29 +250,39 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
 def _call_forms(
     spec: Spec | ModuleSpec, student: Any, name: str, case: Case, forms: Sequence[str]
 ) -> list[tuple[str, Any]]:
-    """``(what, result)`` of ``case`` in each distinct call form (``name``: the function's, or
-    the module's construction written out)."""
+    """``(what, result)`` of ``case`` in each distinct call form."""
     results = []
     for form in _forms(forms, lambda f: _arranged(spec, case.inputs, f)[2]):
         args, kwargs, shown = _arranged(spec, case.inputs, form)
         what = f"{name}({shown}) on {case.what}"
         what += _left_out(spec, case, form) if isinstance(spec, Spec) else ""
-        args, kwargs = _fresh(args), _fresh(kwargs)  # a change in place reaches no other call
-        result = _call(what, student, args, kwargs, spec, spec.random == GLOBAL)
+        if isinstance(spec, Spec) and spec.calls:
+            result = _run(spec, student, what, case, form)
+        else:  # copies: a change in place reaches no other call
+            result = _call(what, student, _fresh(args), _fresh(kwargs), spec, spec.random == GLOBAL)
         results.append((what, result))
     return results
+
+
+def _run(spec: Spec, code: Callable, what: str, case: Case, form: str) -> list[dict]:
+    """What each call of a run (``spec.calls``) returned and left, watched: the student's
+    calls observed (``what`` names them), the reference's (``what`` empty) made directly."""
+    made = spec.calls(case.inputs)
+    out = []
+    for k, inputs in enumerate(made):
+        args, kwargs, _ = _arranged(spec, inputs, form)
+        run = functools.partial(spec.watch, inputs, k, code)
+        step = f"{what}, call {k + 1} of {len(made)}" if len(made) > 1 else what
+        out.append(_call(step, run, args, kwargs, spec) if what else run(*args, **kwargs))
+    return out
 
 
 def _left_out(spec: Spec, case: Case, form: str) -> str:
     """ ", relying on its default dim=-1": what the defaults form left out, in words."""
     left = [
-        f"{p}={spec.defaults[p]!r}"
-        for p in spec.params
-        if p in spec.defaults
-        and (
-            p not in case.inputs
-            or (form == DEFAULTS and _same_default(case.inputs[p], spec.defaults[p]))
-        )
+        f"{p}={d!r}"
+        for p, d in spec.defaults.items()
+        if p not in case.inputs or (form == DEFAULTS and _same_default(case.inputs[p], d))
     ]
     return f", relying on its default {' and '.join(left)}" if left else ""
 
@@ -307,8 +290,7 @@ def _left_out(spec: Spec, case: Case, form: str) -> str:
 def _on_device(
     spec: Spec | ModuleSpec, callee: Any, name: str, cases: Sequence[Case], mode: str = ""
 ) -> None:
-    """The device property: every case (but those that say not) again on a second device;
-    ``mode``, "in train() mode ", names a module's mode (the module's own weights go too)."""
+    """Every case (but those that say not) again on the second device, a module's weights too."""
     for case in (c for c in cases if c.device):
         args, kwargs, shown = _arranged(spec, case.inputs)
         what = f"{name}({shown}) on {case.what}, {mode}on another device"
@@ -325,11 +307,9 @@ def _first_pass(
     cases: Sequence[Case],
     forms: Sequence[Sequence[str]],
 ) -> dict:
-    """Every case called once, in reverse order, before the check's own calls: the runner then
-    calls each again after other inputs, and a result that changed depends on earlier calls (a
-    cache, a counter, state kept on a module): a failure that says so, in the notebook and in
-    the trusted replay alike, not a verdict that depends on the order of calls. For a module,
-    ``student`` is a second module built alike: state kept on a module shows too."""
+    """Every case called once, in reverse order, before the check's own calls (for a module, on a
+    second one built alike): a result that then changed depends on earlier calls (a cache, a
+    counter, state on a module), a failure that says so, in the notebook and the replay alike."""
     out = {}  # by the case's place in the table (two cases may share their words)
     for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
         first = replace(case, what=f"{case.what}, the first time")
@@ -346,10 +326,9 @@ def _called_again(
     call: Callable[[Case, Sequence[str]], list[tuple[str, Any]]],
     forms: Sequence[Sequence[str]],
     against: str = "the second call, after other inputs, against the first",
-) -> Iterator[list[tuple[str, Any]]]:
+) -> list:
     """``call(case, forms)`` for every case first, so that a result that depends on earlier
-    calls is named as such before any value is judged; then a failure (an error, an input
-    changed in place) is raised in the table's order, when its case is judged."""
+    calls is named as such before any value is judged; a failure keeps its place in the table."""
     called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
     for case, declared in zip(cases, forms, strict=True):
         try:
@@ -359,20 +338,12 @@ def _called_again(
     for i, results in enumerate(called):
         if i in earlier and isinstance(results, list) and judging():
             prop.expect_same_again(results[0][0], results[0][1], earlier[i], against)
-    return (_raised(r) for r in called)  # each failure raised when its case's turn comes
-
-
-def _raised(results: Any) -> Any:
-    """A call's results, or its failure raised when its turn to be judged comes."""
-    if isinstance(results, prop.CheckFailure):
-        raise results
-    return results
+    return called  # a failure is raised when its case's turn comes
 
 
 def _fresh(value: Any) -> Any:
-    """A copy of the containers and tensors in ``value`` (other objects as they are). A view
-    stays a view of its own copy, strides and all: a drawn layout (course.domains) reaches the
-    student's code, where ``clone()`` would make a strided or expanded view contiguous."""
+    """A copy of the containers and tensors in ``value``; a view stays a view of its own copy
+    (``clone()`` would make a drawn layout, course.domains, contiguous)."""
     if isinstance(value, torch.Tensor):
         base = value._base
         if base is None or not base.is_contiguous():
@@ -393,9 +364,8 @@ def _judge_case(
     student: Any,
     reference: Callable[[], Any],
 ) -> None:
-    """Observe the spec's properties on ``case``; then, on the trusted side only: the result's
-    type and shape, the properties' judgements, the result's values (the reference is computed
-    here and nowhere else)."""
+    """The properties' observations; then, trusted side only, the reference computed (here and
+    nowhere else), the result's type, the properties' judgements, the values."""
 
     def call_for(item: Property) -> Callable[[Mapping[str, Any]], Any]:
         what = f"{spec.name} on {case.what}, for the property: {item.name}"
@@ -415,14 +385,24 @@ def _judge_case(
         return
     expected = reference()  # None: a random result, which only the properties judge
     hint = case.hint or spec.hint
+    pairs = [(what, got, expected) for what, got in results]
+    runs = [(case, results[0][1])]  # a run of several calls: every run judged, call by call
+    if isinstance(spec, Spec) and spec.calls:
+        pairs = [
+            (f"{what}, call {k + 1}" if len(got) > 1 else what, mine["result"], ours["result"])
+            for what, got in results
+            for k, (mine, ours) in enumerate(zip(got, expected, strict=True))
+        ]
+        runs = [(replace(case, what=what), got) for what, got in results]
     if expected is not None:
-        for what, got in results:
-            prop.expect_result(got, expected, what, hint, case.strict, values=False)
+        for what, got, want in pairs:
+            prop.expect_result(got, want, what, hint, case.strict, values=False)
     for item, seen in observed:
-        item.judge(case, results[0][1], expected, seen)
+        for judged, got in runs:
+            item.judge(judged, got, expected, seen)
     if expected is not None and case.compare:
-        for what, got in results:
-            prop.expect_result(got, expected, what, hint, case.strict)
+        for what, got, want in pairs:
+            prop.expect_result(got, want, what, hint, case.strict)
 
 
 def _first_tensor(result: Any) -> Any:
@@ -442,8 +422,8 @@ def _gradients(
     parameters: Callable[[], dict] | None = None,
     reference_parameters: dict | None = None,
 ) -> None:
-    """Gradients of the declared inputs (and of ``parameters()``, the student's) against the
-    reference's (with ``reference_parameters`` as leaves)."""
+    """Gradients of the declared inputs (and ``parameters()``, the student's) against the
+    reference's (``reference_parameters`` its leaves)."""
     names = [n for n in spec.gradients if isinstance(case.inputs.get(n), torch.Tensor)]
     others = {k: v for k, v in case.inputs.items() if k not in names}
     what = f"gradients of {spec.name} on {case.what}"
@@ -498,7 +478,6 @@ def weights_for(shapes: Mapping[str, tuple[int, ...]], offset: int = 0) -> dict[
 
 
 def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
-    """Apply every property of ``spec`` to ``student_class`` (see the module's docstring)."""
     for b, build in enumerate(spec.builds()):
         declared = dict(spec.parameters(build))
         weights = weights_for(declared, b)
@@ -526,11 +505,7 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
 
 
 def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
-    try:
-        module, _ = prop.construct(what, cls, *args, **kwargs)
-    except StudentError as error:
-        raise prop.CheckFailure(_on(what, error.message)) from None
-    return module
+    return _told(what, functools.partial(prop.construct, what, cls, *args), **kwargs)[0]
 
 
 def _load(module: nn.Module, weights: Mapping[str, torch.Tensor]) -> bool:
@@ -565,6 +540,8 @@ def _module_cases(
     call = functools.partial(_call_forms, spec, module, made)
     called = _called_again(cases, earlier, call, forms, against)
     for case, results in zip(cases, called, strict=True):
+        if isinstance(results, prop.CheckFailure):
+            raise results
         _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))
     if not first or not cases:
         return
@@ -592,7 +569,7 @@ def _module_cases(
 
 
 def in_train(module: nn.Module, args: tuple, kwargs: Mapping) -> dict[str, Any]:
-    """The module's result in train() mode and every sub-module's mode there; then eval()."""
+    """The result in train() mode and every sub-module's mode there; then eval()."""
     module.train()
     try:
         return {"result": module(*args, **kwargs), "modes": prop.modes(module)}
@@ -601,7 +578,7 @@ def in_train(module: nn.Module, args: tuple, kwargs: Mapping) -> dict[str, Any]:
 
 
 def _fresh_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The module's parameters with no gradient left from an earlier backward."""
+    """The parameters, no gradient left from an earlier backward."""
     named = dict(module.named_parameters())
     for parameter in named.values():
         parameter.grad = None
@@ -619,9 +596,7 @@ def check(spec: Spec | ModuleSpec) -> Callable[..., Any]:
         runner(spec, student)
 
     body.__name__ = spec.name
-    body.__doc__ = (
-        f"The declared contract of {spec.exercise} ({spec.title}), applied by course.spec."
-    )
+    body.__doc__ = f"The declared contract of {spec.exercise} ({spec.title})."
     checked = exercise_check(spec.exercise, spec.title, hint=spec.hint, seed=spec.seed)(body)
     checked.spec = spec  # type: ignore[attr-defined]
     return checked

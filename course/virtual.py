@@ -1,23 +1,15 @@
 """A second device that computes real values: the device property decides on every machine.
 
-A check must know whether the student's code keeps its tensors on the device of its inputs
-(on a GPU, a tensor made with ``torch.zeros(n)`` lands on the CPU and the next operation fails).
-The ``meta`` device cannot tell: it has no values, so code that reads one (``.item()``, ``if
-t.any():``, NumPy) stops there and the test is undecided. :class:`VirtualDevice` tags tensors as
-living on another device while their storage stays on the CPU, so every value is real and every
-path runs (training mode, a fully masked row, a dropout mask), and it refuses what a GPU refuses:
-
-* an operation that mixes a tagged tensor with an untagged one of one or more dimensions (a GPU
-  accepts 0-dim CPU tensors as scalars, and CPU index tensors in ``x[index]``);
-* ``.numpy()`` of a tagged tensor.
-
-A tagged tensor reports ``.device`` as :data:`VIRTUAL` (``meta``, a device every build of
-torch knows), so ``torch.zeros(n, device=x.device)``, ``x.new_zeros(n)``, ``torch.zeros_like(x)``
-and ``.to(x.device)`` all give tagged tensors, and ``.cpu()`` gives an untagged one. Tags live in
-the mode object only: nothing outside the ``with`` block changes.
-
-A second double serves code that receives its inputs from a loader: :func:`unmoved` gives a batch
-whose tensors act as if a GPU loader had produced them on another device than the model's.
+On a GPU a tensor made with ``torch.zeros(n)`` lands on the CPU and the next operation fails. The
+``meta`` device cannot show it: it has no values, so code that reads one (``.item()``, NumPy)
+stops and the test is undecided. :class:`VirtualDevice` tags tensors as living on another device
+while their storage stays on the CPU, so every value is real and every path runs, and refuses
+what a GPU refuses: mixing a tagged tensor with an untagged one of one or more dimensions (a GPU
+takes 0-dim CPU tensors as scalars, and CPU index tensors in ``x[index]``), and ``.numpy()``. A
+tagged tensor's ``.device`` is :data:`VIRTUAL` (``meta``, which every build of torch knows), so
+``device=x.device``, ``x.new_zeros``, ``zeros_like`` and ``.to(x.device)`` tag, ``.cpu()`` does
+not; tags live in the mode object only. For code fed by a loader, :func:`unmoved` gives a batch
+that acts as if a GPU loader had made it on another device than the model's.
 """
 
 from __future__ import annotations
@@ -183,6 +175,14 @@ def run_on_virtual(
 
 class BatchNotMoved(RuntimeError):
     """Raised when a tensor of a batch "on another device" is used before being moved."""
+
+
+NOT_MOVED = (  # the device property's failure where a BatchNotMoved was raised
+    "a tensor of the batch was used where it came from, not moved to the model's device. The "
+    "property violated: device (the check hands over batches that act as if they lived on "
+    "another device; on a GPU this fails with 'Expected all tensors to be on the same device')."
+)
+NOT_MOVED_HINT = "Move every tensor of a batch to the model's device before the forward pass."
 
 
 class _OnAnotherDevice(torch.Tensor):

@@ -33,8 +33,7 @@ NOT_CHECKING = {
     "contract": "names shared by the checks, the generator and the grader",
     "measure": "times and memory of a notebook's cells",
 }
-NOT_SPECS = {("nb06", "train_step"), ("nb06", "evaluate_accuracy"), ("nb10", "add_lora"),
-             ("nb10", "merge")}
+NOT_SPECS = {("nb10", "add_lora"), ("nb10", "merge")}
 
 
 def _module_name(path: Path) -> str:

@@ -6,22 +6,15 @@
   with a stated false-alarm rate on ~10^5 tokens for two values of ``mlm_probability``,
   independent selection per token (per row, per position, between neighbours) and the full
   range of random ids; the device property on the second device (course.virtual).
-* ``train_step``: steps of a tiny BERT compared parameter by parameter with the update the text
-  describes, as a formula (SGD: ``p - lr_k * min(1, max_norm / |g|) * g``), called as the
-  course calls it (positionally), by keyword and with the default left out; training mode of
-  every sub-module, batches that act as if on another device, the caller's batch untouched,
-  the scheduler's step count, the loss as a Python float.
-* ``evaluate_accuracy``: counts of correct predictions fixed by construction (uneven batches, a
-  batch of one, token labels with -100); eval mode and no gradient at every forward pass, the
-  weights untouched, eval mode left behind, a Python float.
-
-The models handed to the student's code are built inside the observed call and again, from the
-same seeds, on the trusted side, which alone computes the reference (:func:`judging`).
+* ``train_step`` and ``evaluate_accuracy``, declared contracts whose case is a run (course.spec's
+  ``calls``): a tiny BERT, its optimizer and scheduler made afresh for every run, one call per
+  batch, each watched (``_watch``: the modes at each forward pass, what the call left). The
+  reference is the text's formula (SGD: ``p - lr_k * min(1, max_norm / |g|) * g``) and the
+  text's accuracy; the batches act as if on another device (course.virtual.unmoved).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +23,11 @@ import transformers
 from torch import nn
 
 from course import properties as prop
-from course.check import CheckFailure, exercise_check, expect
+from course.check import CheckFailure, expect
 from course.domains import Numbers
-from course.observe import StudentError
-from course.properties import generator, modes, observe, seeded
+from course.properties import generator, modes, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, KEYWORD, POSITIONAL, Case, Property, Spec, check, judging
+from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Property, Spec, check
 from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
@@ -47,19 +39,6 @@ IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's 
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4  # a toy vocabulary with BERT-like special ids
 STATISTICS = 100_000  # tokens from which a case measures the 80/10/10 rule (_expect_mlm_statistics)
-
-
-def _synthetic_batch(rows: int, length: int, vocab: int, sizes: tuple, offset: int) -> dict:
-    """``[CLS] w1 .. wn [SEP] [PAD] ..`` rows of random lengths and their special-token mask."""
-    g = generator(offset)
-    ids = torch.randint(5, vocab, (rows, length), generator=g)
-    lengths = torch.randint(sizes[0], sizes[1] + 1, (rows, 1), generator=g)  # CLS, SEP included
-    positions = torch.arange(length).expand(rows, length)
-    ids[:, 0] = CLS
-    ids[positions == lengths - 1] = SEP
-    ids[positions >= lengths] = PAD
-    special = (ids == CLS) | (ids == SEP) | (ids == PAD)
-    return {"input_ids": ids, "special_tokens_mask": special, "mask_token_id": MASK}
 
 
 # (what, rows, length, (shortest, longest) row with [CLS] and [SEP], vocab_size, mlm_probability)
@@ -74,9 +53,18 @@ MASKING_CASES = (
 
 
 def _masking_cases() -> list[Case]:
+    """``[CLS] w1 .. wn [SEP] [PAD] ..`` rows of random lengths and their special-token mask."""
     cases = []
     for offset, (what, rows, length, sizes, vocab, p) in enumerate(MASKING_CASES):
-        inputs = _synthetic_batch(rows, length, vocab, sizes, offset)
+        g = generator(offset)
+        ids = torch.randint(5, vocab, (rows, length), generator=g)
+        lengths = torch.randint(sizes[0], sizes[1] + 1, (rows, 1), generator=g)  # CLS, SEP too
+        positions = torch.arange(length).expand(rows, length)
+        ids[:, 0] = CLS
+        ids[positions == lengths - 1] = SEP
+        ids[positions >= lengths] = PAD
+        special = (ids == CLS) | (ids == SEP) | (ids == PAD)
+        inputs = {"input_ids": ids, "special_tokens_mask": special, "mask_token_id": MASK}
         inputs.update(vocab_size=vocab, mlm_probability=p)
         cases.append(Case(what, inputs, compare=False, device=rows * length < 1000))
     return cases
@@ -330,56 +318,36 @@ def _tiny_batch(size: int, length: int, task: str, num_labels: int, offset: int)
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
 
 
-def _observe(what: str, run: Callable[[], dict], moved_to: str) -> dict[str, Any]:
-    """``observe(what, run)``; a batch used where it came from is the device property's."""
-    try:
-        return observe(what, run, random=True)
-    except StudentError as error:
-        if "BatchNotMoved" in error.error_type.split(","):
-            raise CheckFailure(
-                f"{what}: the model was called with a batch where it came from, not moved to "
-                f"{moved_to}. The property violated: device (the check hands over batches that "
-                "act as if they lived on another device; on a GPU this fails with 'Expected all "
-                "tensors to be on the same device').",
-                f"Every tensor of a batch must be moved to {moved_to} before the forward pass.",
-            ) from None
-        raise CheckFailure(f"{what}: {error.message}") from None
-
-
 def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def _watched(model: nn.Module, run: Callable[[], Any]) -> tuple[Any, list[dict[str, Any]]]:
-    """``run()`` and, at each forward call of ``model`` during it, every sub-module's training
-    flag and the grad mode."""
-    forwards: list[dict[str, Any]] = []
-
-    def record(module: nn.Module, args: tuple) -> None:
-        forwards.append({"modes": modes(module), "grad": torch.is_grad_enabled()})
-
+def _watch(inputs: dict, k: int, code: Callable, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Call ``k`` of a run (course.spec's ``watch``), dropout seeded as the reference's: what it
+    returned, every sub-module's training flag and the grad mode at each forward pass of the
+    model, and what it left: the flags, the parameters, the scheduler's step count."""
+    model, forwards = inputs["model"], []
+    record = lambda module, _: forwards.append((modes(module), torch.is_grad_enabled()))  # noqa
     handle = model.register_forward_pre_hook(record)
     try:
-        return run(), forwards
+        with seeded(DROPOUT_SEED + k):
+            result = code(*args, **kwargs)
     finally:
         handle.remove()
-
-
-def _largest_difference(got: dict, expected: dict) -> tuple[float, str]:
-    worst, where = 0.0, ""
-    for name, value in expected.items():
-        mine = got.get(name)
-        if not isinstance(mine, torch.Tensor) or mine.shape != value.shape:
-            return float("inf"), name
-        diff = float((mine - value).abs().max())
-        if not diff <= worst:  # NaN counts as the worst
-            worst, where = diff, name
-    return worst, where
+    steps = getattr(inputs.get("scheduler"), "last_epoch", None)
+    left = {"modes": modes(model), "parameters": _parameters(model), "steps": steps}
+    return {"result": result, "forwards": forwards, **left}
 
 
 def _first_off(flags: dict[str, bool], wanted: bool) -> str | None:
     """The first sub-module whose training flag is not ``wanted``, or None."""
     return next((name for name, flag in flags.items() if flag != wanted), None)
+
+
+class _Word(str):
+    """An argument made afresh for every run (course.spec's ``calls``), named in a message."""
+
+    __repr__ = str.__str__
 
 
 # ----------------------------------------------------------------------------------------
@@ -391,106 +359,80 @@ SCHEDULES: dict[str, Callable[[int], float]] = {
     "decay": lambda step: 1.0 / (1.0 + step),
 }
 NO_CLIP = 1e6
-BATCH_KEYS = ["attention_mask", "input_ids", "labels"]  # sorted
+CLIP_HINT = (
+    "The update must use the gradient rescaled to global norm `max_grad_norm` (the argument; "
+    "left out, the signature's default 1.0): rescaling after the update, or with another norm, "
+    "changes nothing."
+)
 
-# (what, task, batch size of each step, length, schedule, max_grad_norm, how it is passed, hint:
-# what a wrong update most likely means in this case). The course calls train_step positionally
-# (fit in notebooks 06 to 08); by keyword and with the default left out are the other forms.
+# (what, task, batch size of each step, length, schedule, max_grad_norm, hint: what a wrong
+# update most likely means in this case). The course calls train_step positionally (fit in
+# notebooks 06 to 08); the drawn max_grad_norm runs by keyword and with the default left out.
 STEP_CASES = (
     ("one step of a model left in eval mode, constant learning rate, no clipping", "sequence",
-     (6,), 9, "constant", NO_CLIP, POSITIONAL,
+     (6,), 9, "constant", NO_CLIP,
      "One step: forward (dropout on), loss, gradients of that loss alone, update."),
     ("three steps, constant learning rate, no clipping", "sequence", (6, 6, 6), 9, "constant",
-     NO_CLIP, KEYWORD, "Each update must use the gradient of its own batch only: gradients add "
-     "up in `.grad` until something clears them."),
+     NO_CLIP, "Each update must use the gradient of its own batch only: gradients add up in "
+     "`.grad` until something clears them."),
     ("one step with max_grad_norm=0.01 (the gradient must be rescaled)", "sequence", (6,), 9,
-     "constant", 0.01, POSITIONAL, "The update must use the gradient rescaled to global norm "
-     "`max_grad_norm` (the argument): rescaling after the update, or with another norm, "
-     "changes nothing."),
-    ("one step with max_grad_norm left at its default (1.0)", "sequence", (6,), 9, "constant",
-     1.0, DEFAULTS, "Left out, `max_grad_norm` is 1.0 (the signature's default): the gradient "
-     "is rescaled to that global norm before the update."),
+     "constant", 0.01, CLIP_HINT),
     ("three steps with a decaying learning rate", "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
-     POSITIONAL, "Step k must use the k-th learning rate of the schedule: the scheduler moves "
-     "on once per step, after the update it governs."),
+     "Step k must use the k-th learning rate of the schedule: the scheduler moves on once per "
+     "step, after the update it governs."),
     ("two steps of a token classifier (labels (batch, length) with -100), batches of 1 and 3, "
-     "max_grad_norm=0.5", "token", (1, 3), 7, "constant", 0.5, POSITIONAL,
+     "max_grad_norm=0.5", "token", (1, 3), 7, "constant", 0.5,
      "The loss is the model's own (`.loss`), which skips the -100 labels."),
 )  # fmt: skip
 
 
-def _step_batches(case: tuple, offset: int) -> list[dict[str, torch.Tensor]]:
-    _, task, sizes, length, *_ = case
-    return [_tiny_batch(size, length, task, 3, 100 * offset + k) for k, size in enumerate(sizes)]
+def _step_cases() -> list[Case]:
+    cases = []
+    for offset, (what, task, sizes, length, schedule, max_grad_norm, hint) in enumerate(STEP_CASES):
+        batches = [_tiny_batch(n, length, task, 3, 100 * offset + k) for k, n in enumerate(sizes)]
+        words = {p: _Word(p) for p in ("model", "batch", "optimizer", "scheduler")}
+        run = {"task": task, "batches": batches, "schedule": schedule, "offset": offset}
+        cases.append(Case(what, {**words, "max_grad_norm": max_grad_norm, **run}, hint=hint))
+    return cases
 
 
-def _student_steps(student: Callable, case: tuple, offset: int) -> dict[str, Any]:
-    """(Inside observe) the student's steps on a freshly built model; plain data per step."""
-    _, task, _, _, schedule, max_grad_norm, form, _ = case
-    model = _tiny_bert(task, 3, 0.2, offset).eval()  # as after an evaluation
+def _steps(inputs: dict) -> list[dict]:
+    """A run: a tiny BERT left in eval mode (as after an evaluation), SGD over it and a
+    scheduler, made afresh; one call per batch, each batch as a GPU loader gives it."""
+    model = _tiny_bert(inputs["task"], 3, 0.2, inputs["offset"]).eval()
     optimizer = torch.optim.SGD(model.parameters(), lr=BASE_LR)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[schedule])
-    steps = []
-    for k, batch in enumerate(_step_batches(case, offset)):
-        given = unmoved(batch)
-        originals = dict(given)
-        args, kwargs = (model, given, optimizer, scheduler), {}
-        if form == POSITIONAL:
-            args += (max_grad_norm,)
-        elif form == KEYWORD:
-            kwargs["max_grad_norm"] = max_grad_norm
-        with seeded(DROPOUT_SEED + k):  # the dropout masks of the reference step
-            loss, forwards = _watched(model, functools.partial(student, *args, **kwargs))
-        replaced = sorted(key for key in originals if given.get(key) is not originals[key])
-        steps.append(
-            {
-                "loss": loss,
-                "forwards": forwards,
-                "batch": {"keys": sorted(given), "replaced": replaced},
-                "scheduler_steps": scheduler.last_epoch,
-                "parameters": _parameters(model),
-            }
-        )
-    return {"steps": steps}
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[inputs["schedule"]])
+    made = dict(inputs, model=model, optimizer=optimizer, scheduler=scheduler)
+    return [dict(made, batch=unmoved(batch)) for batch in inputs["batches"]]
 
 
-def _reference_steps(case: tuple, offset: int) -> list[dict[str, Any]]:
-    """The update the text describes, as a formula (SGD: ``p - lr_k * min(1, max_norm / |g|) *
-    g``), on a model built from the same seeds."""
-    _, task, _, _, schedule, max_grad_norm, *_ = case
-    model = _tiny_bert(task, 3, 0.2, offset).train()
-    parameters = dict(model.named_parameters())
-    out = []
-    for k, batch in enumerate(_step_batches(case, offset)):
-        with seeded(DROPOUT_SEED + k), torch.enable_grad():
-            loss = model(**batch).loss
-            grads = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
-        grads = [
-            torch.zeros_like(p) if g is None else g
-            for p, g in zip(parameters.values(), grads, strict=True)
-        ]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-        scale = min(1.0, max_grad_norm / (float(norm) + 1e-6))
-        lr = BASE_LR * SCHEDULES[schedule](k)
-        with torch.no_grad():
-            for p, g in zip(parameters.values(), grads, strict=True):
-                p.sub_(lr * scale * g)
-        out.append({"loss": float(loss.detach()), "parameters": _parameters(model)})
-    return out
+def _formula_step(model, batch, optimizer, scheduler, max_grad_norm=1.0) -> float:  # noqa: ANN001
+    """The update the text describes, as a formula: ``p - lr_k * min(1, max_norm / |g|) * g``,
+    ``g`` the gradient of this batch's loss alone (SGD subtracts ``lr_k`` times ``.grad``)."""
+    model.train()
+    parameters = list(model.parameters())
+    with torch.enable_grad():
+        loss = model(**{key: value.to("cpu") for key, value in batch.items()}).loss
+        grads = torch.autograd.grad(loss, parameters, allow_unused=True)
+    pairs = zip(parameters, grads, strict=True)
+    grads = [torch.zeros_like(p) if g is None else g for p, g in pairs]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    for parameter, grad in zip(parameters, grads, strict=True):
+        parameter.grad = min(1.0, max_grad_norm / (float(norm) + 1e-6)) * grad
+    optimizer.step()
+    scheduler.step()
+    return float(loss.detach())
 
 
-def _step_case(student: Callable, case: tuple, offset: int) -> None:
-    what = f"train_step, {case[0]}"
-    observed = _observe(what, lambda: _student_steps(student, case, offset), "the model's device")
-    if not judging():
-        return
-    previous = _parameters(_tiny_bert(case[1], 3, 0.2, offset))
-    reference = _reference_steps(case, offset)
-    for k, (mine, ref) in enumerate(zip(observed["steps"], reference, strict=True)):
-        at = f"{what}: step {k + 1}"
+def _judge_steps(case: Case, got: list, expected: list, seen: Any) -> None:
+    """Step by step, in the order the text lists them: the model called in training mode, the
+    loss before the update, the scheduler once per step, the update of the formula."""
+    previous = _parameters(_tiny_bert(case.inputs["task"], 3, 0.2, case.inputs["offset"]))
+    for k, (mine, ours) in enumerate(zip(got, expected, strict=True)):
+        at = f"{case.what}: step {k + 1}"
         expect(bool(mine["forwards"]), f"{at}: train_step never called the model.")
-        for forward in mine["forwards"]:
-            off = _first_off(forward["modes"], True)
+        for flags, _ in mine["forwards"]:
+            off = _first_off(flags, True)
             expect(
                 off is None,
                 f"{at}: during the forward pass `{off}` was in eval mode (its dropout off). The "
@@ -498,50 +440,51 @@ def _step_case(student: Callable, case: tuple, offset: int) -> None:
                 "The model arrives in eval mode (as after an evaluation). Each sub-module has its "
                 "own `training` flag, which its dropout reads: see what nn.Module.train() does.",
             )
-        expect(
-            mine["batch"] == {"keys": BATCH_KEYS, "replaced": []},
-            f"{at}: your code changed the caller's `batch` dict (keys now "
-            f"{mine['batch']['keys']}, entries replaced: {mine['batch']['replaced']}; expected "
-            f"{BATCH_KEYS} unchanged). The property violated: inputs untouched.",
-            "Build a new dict for the moved tensors; the caller may reuse its batch.",
-        )
         prop.expect_result(
-            mine["loss"],
-            ref["loss"],
+            mine["result"],
+            ours["result"],
             f"{at}: the loss train_step returned",
             "The exercise asks for the loss of the batch before the update, as a Python float.",
         )
         expect(
-            mine["scheduler_steps"] == k + 1,
-            f"{at}: after {k + 1} training step(s) the scheduler has taken "
-            f"{mine['scheduler_steps']} step(s), expected {k + 1}.",
+            mine["steps"] == k + 1,
+            f"{at}: after {k + 1} training step(s) the scheduler has taken {mine['steps']} "
+            f"step(s), expected {k + 1}.",
             "The scheduler moves on exactly once per training step.",
         )
         expect(
-            _largest_difference(mine["parameters"], previous)[0] > 0,
+            not prop.same(mine["parameters"], previous),
             f"{at}: the parameters did not change: no update was applied.",
             "Gradients must be computed and then applied by the optimizer.",
         )
-        worst, where = _largest_difference(mine["parameters"], ref["parameters"])
-        expect(
-            worst <= 1e-5,
-            f"{at}: parameter {where} differs from the update the text describes by {worst:.3g}"
-            + (" although step 1 matched." if k > 0 else "."),
-            case[-1],
-        )
+        matched = " (step 1 matched)" if k > 0 else ""
+        what = f"{at}{matched}: after the update the text describes, parameter"
+        bound = {"atol": 1e-5, "rtol": 0.0}  # an extra weight decay of 1e-4 shows in one step
+        prop.expect_result(mine["parameters"], ours["parameters"], what, case.hint, bound)
         previous = mine["parameters"]
 
 
-@exercise_check(
-    "Exercise 6.2",
-    "training step",
-    hint="The text lists the steps in order; each one acts on state left by the previous step "
-    "(the mode of the model, `.grad`, the learning rate), so think about what each leaves behind.",
+train_step = check(
+    Spec(
+        exercise="Exercise 6.2",
+        title="training step",
+        name="train_step",
+        params=("model", "batch", "optimizer", "scheduler", "max_grad_norm"),
+        defaults={"max_grad_norm": 1.0},
+        mutable=("model", "optimizer", "scheduler"),
+        reference=_formula_step,
+        cases=_step_cases,
+        calls=_steps,
+        watch=_watch,
+        properties=(Property("the steps the text lists", judge=_judge_steps),),
+        # "rescaled to global norm max_grad_norm": any positive norm, and its default
+        domains={"max_grad_norm": Numbers(0.0, None, open_low=True, interior=1, hint=CLIP_HINT)},
+        device=False,  # the batches act as if on another device (course.virtual.unmoved)
+        hint="The text lists the steps in order; each one acts on state left by the previous "
+        "step (the mode of the model, `.grad`, the learning rate), so think about what each "
+        "leaves behind.",
+    )
 )
-def train_step(student_train_step: Callable) -> None:
-    """Parameters after every step compared with the formula, in six cases (a table)."""
-    for offset, case in enumerate(STEP_CASES):
-        _step_case(student_train_step, case, offset)
 
 
 # ----------------------------------------------------------------------------------------
@@ -559,63 +502,69 @@ EVAL_CASES = (
 )  # fmt: skip
 
 
-def _eval_batches(case: tuple, offset: int) -> tuple[list[dict[str, torch.Tensor]], int, int]:
-    """The batches with labels set from the reference model's predictions, so that the number
-    of correct predictions is known: (batches, correct, labelled positions)."""
-    _, task, num_labels, sizes, length, right = case
-    model = _tiny_bert(task, num_labels, 0.5, offset).eval()
-    batches, correct, total = [], 0, 0
-    for i, size in enumerate(sizes):
-        batch = _tiny_batch(size, length, task, num_labels, 100 * offset + i)
-        with torch.no_grad():
-            inputs = {k: v for k, v in batch.items() if k != "labels"}
-            predictions = model(**inputs).logits.argmax(dim=-1)
-        if right is not None:
-            wrong = torch.arange(size) >= right[i]
-        else:
-            wrong = torch.arange(predictions.numel()).reshape(predictions.shape) % (3 + i) == 0
-        labels = torch.where(wrong, (predictions + 1) % num_labels, predictions)
-        valid = batch["labels"] != IGNORE_INDEX
-        batch["labels"] = torch.where(valid, labels, IGNORE_INDEX)
-        correct += int((~wrong & valid).sum())
-        total += int(valid.sum())
-        batches.append(batch)
-    return batches, correct, total
+def _eval_cases() -> list[Case]:
+    """Labels set from the model's own predictions, so that the number of correct ones is
+    known (uneven per batch: a mean of batch means is wrong)."""
+    cases = []
+    for offset, (what, task, num_labels, sizes, length, right) in enumerate(EVAL_CASES, 20):
+        model = _tiny_bert(task, num_labels, 0.5, offset).eval()
+        batches = []
+        for i, size in enumerate(sizes):
+            batch = _tiny_batch(size, length, task, num_labels, 100 * offset + i)
+            with torch.no_grad():
+                inputs = {k: v for k, v in batch.items() if k != "labels"}
+                predictions = model(**inputs).logits.argmax(dim=-1)
+            if right is not None:
+                wrong = torch.arange(size) >= right[i]
+            else:
+                wrong = torch.arange(predictions.numel()).reshape(predictions.shape) % (3 + i) == 0
+            labels = torch.where(wrong, (predictions + 1) % num_labels, predictions)
+            batch["labels"] = torch.where(batch["labels"] != IGNORE_INDEX, labels, IGNORE_INDEX)
+            batches.append(batch)
+        words = {"model": _Word("model"), "loader": _Word("loader"), "device": torch.device("cpu")}
+        run = {"task": task, "labels": num_labels, "offset": offset, "batches": batches}
+        cases.append(Case(what, {**words, **run, "right": right}))
+    return cases
 
 
-def _loader(batches: list[dict[str, torch.Tensor]]) -> torch.utils.data.DataLoader:
-    """A real DataLoader (``len(loader)``, ``loader.dataset``) yielding exactly ``batches``, as
-    tensors "on another device" (only the last batch may be smaller)."""
+def _evaluation(inputs: dict) -> list[dict]:
+    """A run: a tiny BERT left in training mode (as after a training step), made afresh, and a
+    real DataLoader (``len(loader)``, ``loader.dataset``) yielding the case's batches as a GPU
+    loader gives them (only the last batch may be smaller)."""
+    batches = inputs["batches"]
     examples = [{k: v[i] for k, v in b.items()} for b in batches for i in range(len(b["labels"]))]
 
     def collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         return unmoved({k: torch.stack([item[k] for item in items]) for k in items[0]})
 
-    return torch.utils.data.DataLoader(
-        examples, batch_size=len(batches[0]["labels"]), collate_fn=collate
-    )
+    size = len(batches[0]["labels"])
+    loader = torch.utils.data.DataLoader(examples, batch_size=size, collate_fn=collate)
+    model = _tiny_bert(inputs["task"], inputs["labels"], 0.5, inputs["offset"]).train()
+    return [dict(inputs, model=model, loader=loader)]
 
 
-def _student_evaluation(student: Callable, case: tuple, offset: int, batches: list) -> dict:
-    """(Inside observe) the student's evaluation of a freshly built model left in train mode,
-    called as the course calls it: ``evaluate_accuracy(model, loader, device)``."""
-    model = _tiny_bert(case[1], case[2], 0.5, offset).train()  # as after a training step
-    run = functools.partial(student, model, _loader(batches), torch.device("cpu"))
-    result, forwards = _watched(model, run)
-    return {"result": result, "forwards": forwards, "modes_after": modes(model),
-            "parameters": _parameters(model)}  # fmt: skip
+def _accuracy(model, loader, device) -> float:  # noqa: ANN001
+    """The text's accuracy: correct predictions over labelled positions, the whole loader."""
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for batch in loader:
+            batch = {key: value.to(device) for key, value in batch.items()}
+            labelled = batch["labels"] != IGNORE_INDEX
+            predictions = model(**batch).logits.argmax(dim=-1)
+            correct += int((predictions == batch["labels"])[labelled].sum())
+            total += int(labelled.sum())
+    return correct / total
 
 
-def _eval_case(student: Callable, case: tuple, offset: int) -> None:
-    what = f"evaluate_accuracy on {case[0]}"
-    batches, correct, total = _eval_batches(case, offset)
-    run = lambda: _student_evaluation(student, case, offset, batches)  # noqa: E731
-    observed = _observe(what, run, "`device`")
-    if not judging():
-        return
-    expect(bool(observed["forwards"]), f"{what}: evaluate_accuracy never called the model.")
-    for forward in observed["forwards"]:
-        on = _first_off(forward["modes"], False)
+def _judge_evaluation(case: Case, got: list, expected: list, seen: Any) -> None:
+    """Eval mode and no gradient at every forward pass, eval mode left behind, the weights
+    untouched, then the accuracy (a percentage or a mean of batch means named as such)."""
+    ((mine, ours),) = zip(got, expected, strict=True)
+    what = case.what
+    expect(bool(mine["forwards"]), f"{what}: evaluate_accuracy never called the model.")
+    for flags, grad in mine["forwards"]:
+        on = _first_off(flags, False)
         expect(
             on is None,
             f"{what}: during a forward pass `{on}` was in training mode, so dropout made the "
@@ -624,12 +573,12 @@ def _eval_case(student: Callable, case: tuple, offset: int) -> None:
             "its own `training` flag: see what nn.Module.eval() does.",
         )
         expect(
-            not forward["grad"],
+            not grad,
             f"{what}: gradients were being recorded during a forward pass (memory and time "
             "wasted). The property violated: no gradient where the contract says none.",
             "Evaluation never calls backward: torch has a context in which nothing is recorded.",
         )
-    left_on = _first_off(observed["modes_after"], False)
+    left_on = _first_off(mine["modes"], False)
     expect(
         left_on is None,
         f"{what}: the model was left with `{left_on}` in training mode; the docstring says "
@@ -637,35 +586,41 @@ def _eval_case(student: Callable, case: tuple, offset: int) -> None:
         "Whoever uses the model next (a prediction, a plot) expects eval mode; train_step "
         "switches back to training mode itself.",
     )
-    reference = _parameters(_tiny_bert(case[1], case[2], 0.5, offset))
-    worst, where = _largest_difference(observed["parameters"], reference)
     expect(
-        worst == 0.0,
-        f"{what}: evaluation changed the model's parameter {where}. The property violated: "
-        "inputs untouched.",
+        prop.same(mine["parameters"], ours["parameters"]),
+        f"{what}: evaluation changed the model's parameters. The property violated: inputs "
+        "untouched.",
         "Evaluation reads the model; only training changes its weights.",
     )
-    result, expected = observed["result"], correct / total
-    note = " (a percentage, not a fraction)" if result == 100 * expected else ""
-    if case[-1] is not None:
-        per_batch = sum(r / s for r, s in zip(case[-1], case[3], strict=True)) / len(case[3])
-        note = " (the mean of per-batch accuracies)" if result == per_batch else note
+    result, right, sizes = mine["result"], case.inputs["right"], case.inputs["batches"]
+    note = " (a percentage, not a fraction)" if result == 100 * ours["result"] else ""
+    if right is not None:
+        shares = [r / len(b["labels"]) for r, b in zip(right, sizes, strict=True)]
+        mean = sum(shares) / len(shares)
+        note = " (the mean of per-batch accuracies)" if result == mean else note
     prop.expect_result(
         result,
-        expected,
-        f"evaluate_accuracy on {case[0]}: the accuracy ({correct}/{total} correct){note}",
+        ours["result"],
+        f"{what}: the accuracy{note}",
         "Count correct predictions and labelled positions (labels other than -100) over the "
         "whole loader, then divide once; the text asks for a Python float.",
     )
 
 
-@exercise_check(
-    "Exercise 6.3",
-    "evaluation",
-    hint="An evaluation observes the model without changing it: think about dropout, about "
-    "gradient recording, and about which positions count and how to combine batches.",
+evaluate_accuracy = check(
+    Spec(
+        exercise="Exercise 6.3",
+        title="evaluation",
+        name="evaluate_accuracy",
+        params=("model", "loader", "device"),
+        mutable=("model",),  # its mode; its weights are judged untouched (_judge_evaluation)
+        reference=_accuracy,
+        cases=_eval_cases,
+        calls=_evaluation,
+        watch=_watch,
+        properties=(Property("an evaluation", judge=_judge_evaluation),),
+        device=False,  # the batches act as if on another device (course.virtual.unmoved)
+        hint="An evaluation observes the model without changing it: think about dropout, about "
+        "gradient recording, and about which positions count and how to combine batches.",
+    )
 )
-def evaluate_accuracy(student_evaluate_accuracy: Callable) -> None:
-    """Uneven batches (mean of batch means is wrong), a batch of one, token labels with -100."""
-    for offset, case in enumerate(EVAL_CASES):
-        _eval_case(student_evaluate_accuracy, case, 20 + offset)
