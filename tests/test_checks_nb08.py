@@ -717,7 +717,7 @@ def test_choose_sets_have_margins_and_distinct_answers():
 
 
 def test_rule_set_separates_the_rules():
-    logits, target = check._rule_validation()
+    logits, target = check._fixed_validation(64, check.RULE_CONFIDENCES, 84)  # the rule set
     args = (logits, target, 4, check.RULE_MAX_DROP, check.RULE_CANDIDATES)
     answers = {
         "right": choose_factory()(*args),
