@@ -1,7 +1,5 @@
-"""Checks for notebook 00, welcome: the declared contract of the softmax exercise.
-
-The reference is ``torch.softmax``; the runner (:mod:`course.spec`) applies every property.
-"""
+"""Checks for notebook 00, welcome: the declared contract of the softmax exercise, whose
+reference is ``torch.softmax`` (CONTRIBUTING's worked example)."""
 
 from __future__ import annotations
 

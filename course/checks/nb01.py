@@ -1,11 +1,9 @@
 """Checks for notebook 01, tokens: the declared contracts of BPE from scratch and TokenEmbedding.
 
-The module stores inputs only. Expected values are computed on the trusted side, in each spec's
-``reference`` (:func:`course.spec.judging`): pair counts with ``Counter``; a merge with a
-regular expression over the joined symbols (``re.sub`` scans left to right without overlap,
-independently of the exercise's loop); the learned merges from those two; encodings with the
-Hugging Face ``tokenizers`` BPE model holding the same merges; the embedding with
-``F.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
+Expected values are computed on the trusted side, independently of the exercises' loops: pair
+counts with ``Counter``; a merge with a regular expression (``re.sub`` scans left to right
+without overlap); encodings with the Hugging Face ``tokenizers`` BPE model holding the same
+merges; the embedding with ``F.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
 """
 
 from __future__ import annotations
@@ -252,13 +250,11 @@ MERGE_INPUTS: list[tuple[Symbols, Pair]] = [
     (("ab", "c", "ab", "c</w>"), ("ab", "c")), (("n", "e", "w</w>"), ("x", "y")),
     (("q</w>",), ("q", "q")), ((), ("a", "b")),
 ]  # fmt: skip
-MERGE_HINT = (
-    "Scan left to right and decide at each position whether the pair starts there; a symbol "
-    "that was fused is not looked at again. Compare whole symbols, not pieces of the text."
-)
 merge_pair = check(Spec(
     exercise="Exercise 1.2", title="merge one pair", name="merge_pair",
-    params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge, hint=MERGE_HINT,
+    params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge,
+    hint="Scan left to right and decide at each position whether the pair starts there; a symbol "
+    "that was fused is not looked at again. Compare whole symbols, not pieces of the text.",
     cases=lambda: [Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p})
                    for s, p in MERGE_INPUTS],
     properties=(Property("a tuple", _a_tuple),),
@@ -370,11 +366,6 @@ def _embedding_build(number: int) -> Build:
     return Build(f"TokenEmbedding({vocab}, {d_model}, padding_idx={pad})", made, cases)
 
 
-def _embedding_reference(build: Build, w: dict, buffers: dict, token_ids: torch.Tensor) -> Any:
-    d_model, pad = build.inputs["d_model"], build.inputs["padding_idx"]
-    return F.embedding(token_ids, w["embedding.weight"], padding_idx=pad) * math.sqrt(d_model)
-
-
 def _attributes(module: Any) -> dict[str, Any]:
     """What the text names: ``self.embedding`` (an nn.Embedding) and ``self.d_model``."""
     table = getattr(module, "embedding", None)
@@ -402,7 +393,9 @@ token_embedding = check(ModuleSpec(
     init_forms=(POSITIONAL, KEYWORD, DEFAULTS), forward=("token_ids",), forms=(POSITIONAL,),
     builds=lambda: [_embedding_build(n) for n in range(len(EMBEDDINGS))],
     parameters=lambda build: {"embedding.weight": (build.inputs["vocab_size"], build.inputs["d_model"])},
-    reference=_embedding_reference, gradients=("token_ids",),
+    reference=lambda build, w, buffers, token_ids: math.sqrt(build.inputs["d_model"]) * F.embedding(
+        token_ids, w["embedding.weight"], padding_idx=build.inputs["padding_idx"]),
+    gradients=("token_ids",),
     hint="Reread the exercise text: the table's initial distribution, the padding row (zero, "
     "no gradient) and the factor sqrt(d_model) in forward.",
     properties=tuple(Property(name, **kwargs, applies=lambda case: case.grad) for name, kwargs in [

@@ -1,10 +1,8 @@
 """Checks for notebook 02, attention: the declared contracts of 2.1 to 2.4.
 
-The reference is PyTorch's own ``torch.nn.functional.scaled_dot_product_attention``. It returns
-only the output, so the reference *weights* come from the same function with the identity
-matrix as values: ``softmax(...) @ I = softmax(...)``. The masks are compared with torch's own
+The references are torch's own attention (:func:`course.checks.reference.attention`), its
 comparisons and ``nn.Transformer.generate_square_subsequent_mask``; 2.4 loads the check's own
-weights into the student's four layers and computes the same formula with torch's attention.
+weights into the student's four layers.
 """
 
 from __future__ import annotations
@@ -12,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
+from course.checks import reference as ref
 from course.domains import Masks, Tensors, causal_case
 from course.properties import attention, generator, large_scores
 from course.spec import (
@@ -31,27 +29,8 @@ from course.spec import (
 )
 from course.virtual import VIRTUAL
 
-
-def _reference(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output, weights) from torch's attention, computed in float64 and returned in the inputs'
-    dtype; weights via identity values; a query whose keys are all masked gets zeros (recent
-    torch does so itself, older versions give NaN)."""
-    q, k, v = query.double(), key.double(), value.double()
-    mask = mask if mask is None or mask.dtype == torch.bool else mask.double()
-    output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    eye = torch.eye(k.size(-2), dtype=torch.float64).expand(*k.shape[:-2], k.size(-2), k.size(-2))
-    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
-    return output.nan_to_num(0.0).to(value.dtype), weights.nan_to_num(0.0).to(query.dtype)
-
-
 # --- 2.1 scaled dot-product attention --------------------------------------------------------
 
-ATTENTION_HINT = (
-    "Follow the formula of the exercise text step by step: scores from the queries and keys, "
-    "scaled by sqrt(d_k); the mask; a softmax over the keys; then the values."
-)
 BOOL_HINT = (
     "A boolean mask is True where a query may attend (True = may attend); a blocked key gets "
     "weight exactly 0."
@@ -77,7 +56,7 @@ def _attention_cases() -> list[Case]:
 
     pad = torch.ones(2, 1, 6, dtype=torch.bool)
     pad[0, 0, 4:] = pad[1, 0, 1] = False
-    causal = torch.ones(5, 5, dtype=torch.bool).tril().unsqueeze(0)
+    causal = ref.causal(5)
     additive = randn(2, 4, 5)
     additive[:, :, 0] = float("-inf")
     dead = torch.tensor([[[True, False, True], [False, False, False], [True, True, True]]])
@@ -114,7 +93,7 @@ def _attention_cases() -> list[Case]:
              {**qkv((2, 4, 8), (2, 5, 8), (2, 5, 8)), "mask": additive},
              "A float mask is not a True/False mask: it is added to the scores."),
         Case("float64 inputs with a causal mask",
-             {**qkv((2, 3, 7), (2, 3, 7), (2, 3, 7), dtype=torch.float64), "mask": causal[:, :3, :3]},
+             {**qkv((2, 3, 7), (2, 3, 7), (2, 3, 7), dtype=torch.float64), "mask": ref.causal(3)},
              "Keep the inputs' dtype all the way through.", strict=True),
         Case("a boolean mask with one fully masked query row", {**three, "mask": dead},
              "The exercise text says what a query whose keys are all masked gets; softmax of a "
@@ -131,10 +110,12 @@ def _attention_cases() -> list[Case]:
 scaled_dot_product_attention = check(Spec(
     exercise="Exercise 2.1", title="scaled dot-product attention",
     name="scaled_dot_product_attention", params=("query", "key", "value", "mask"),
-    defaults={"mask": None}, forms=(POSITIONAL,), reference=_reference, cases=_attention_cases,
-    gradients=("query", "key", "value"), hint=ATTENTION_HINT,
+    defaults={"mask": None}, forms=(POSITIONAL,), reference=ref.attention, cases=_attention_cases,
+    gradients=("query", "key", "value"),
+    hint="Follow the formula of the exercise text step by step: scores from the queries and keys, "
+    "scaled by sqrt(d_k); the mask; a softmax over the keys; then the values.",
     domains={"query": Tensors(scales=(1e5, -1e5), base=causal_case),  # "of any size"
-             "key": Tensors(), "value": Tensors()},  # any layout: views (no "contiguous" in the text)
+             "key": Tensors(), "value": Tensors()},  # views too: the text never says contiguous
     by_name=False,  # public code names them q, k, v; the course calls it positionally
     properties=(
         Property("the mask", **attention.blocked_get_zero("scaled_dot_product_attention")),
@@ -194,6 +175,8 @@ def _device_judge(case: Case, got: Any, expected: Any, seen: list) -> None:
             "property violated: device). On a GPU, masking a GPU tensor with it fails.",
             CAUSAL_HINT,
         )
+
+
 make_causal_mask = check(Spec(
     exercise="Exercise 2.3", title="causal mask", name="make_causal_mask",
     params=("length", "device"), defaults={"device": None}, forms=(POSITIONAL, KEYWORD, DEFAULTS),
@@ -220,30 +203,24 @@ HUGE_SCORES = (
 
 
 def _self_attention(build: Build, w: dict, buffers: dict, x: torch.Tensor, mask: Any = None) -> Any:
-    q, k, v = (F.linear(x, w[f"{n}.weight"].to(x.dtype), w[f"{n}.bias"].to(x.dtype))
-               for n in ("w_q", "w_k", "w_v"))  # fmt: skip
-    out, weights = _reference(q, k, v, mask)
-    return F.linear(out, w["w_o.weight"].to(x.dtype), w["w_o.bias"].to(x.dtype)), weights
-
-
-def _layers(build: Build) -> dict[str, tuple[int, ...]]:
-    d, dk = build.inputs["d_model"], build.inputs["d_k"] or build.inputs["d_model"]
-    shapes = {"w_q": (dk, d), "w_k": (dk, d), "w_v": (dk, d), "w_o": (d, dk)}
-    return {f"{n}.{p}": s if p == "weight" else s[:1] for n, s in shapes.items()
-            for p in ("weight", "bias")}  # fmt: skip
+    out, weights = ref.multi_head(w, "", x, x, x, mask, heads=1)
+    return out, weights[:, 0]
 
 
 def _module_cases(d_model: int, count: int) -> list[Case]:
     g = generator(25)
+
+    def x(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, d_model, generator=g)
+
     pad = torch.ones(2, 1, 7, dtype=torch.bool)
     pad[1, 0, 4:] = False
-    causal = torch.ones(7, 7, dtype=torch.bool).tril().unsqueeze(0)
+    causal = ref.causal(7)
     return [  # no mask first: a wrong formula shows there before the mask is judged
-        Case("x (2, 7, d_model), no mask", {"x": torch.randn(2, 7, d_model, generator=g)}),
-        Case("a padding mask (2, 1, 7)", {"x": torch.randn(2, 7, d_model, generator=g), "mask": pad},
-             grad=True),
-        Case("a batch of one, x (1, 3, d_model)", {"x": torch.randn(1, 3, d_model, generator=g)}),
-        Case("a causal mask (1, 7, 7)", {"x": torch.randn(2, 7, d_model, generator=g), "mask": causal}),
+        Case("x (2, 7, d_model), no mask", {"x": x(2, 7)}),
+        Case("a padding mask (2, 1, 7)", {"x": x(2, 7), "mask": pad}, grad=True),
+        Case("a batch of one, x (1, 3, d_model)", {"x": x(1, 3)}),
+        Case("a causal mask (1, 7, 7)", {"x": x(2, 7), "mask": causal}),
     ][:count]  # fmt: skip
 
 
@@ -251,9 +228,13 @@ self_attention = check(ModuleSpec(
     exercise="Exercise 2.4", title="single-head SelfAttention", name="SelfAttention", seed=24,
     init=("d_model", "d_k"), init_defaults={"d_k": None}, init_forms=(POSITIONAL, KEYWORD, DEFAULTS),
     forward=("x", "mask"), defaults={"mask": None}, forms=(POSITIONAL,),
-    builds=lambda: [Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
-                    Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2))],
-    parameters=_layers, reference=_self_attention, gradients=("x",), output=lambda r: r[0],
+    builds=lambda: [
+        Build("d_model 12, d_k 5", {"d_model": 12, "d_k": 5}, lambda: _module_cases(12, 4)),
+        Build("d_model 8, d_k left out", {"d_model": 8, "d_k": None}, lambda: _module_cases(8, 2)),
+    ],
+    parameters=lambda b: ref.projections(
+        "", b.inputs["d_model"], b.inputs["d_k"] or b.inputs["d_model"]),
+    reference=_self_attention, gradients=("x",), output=lambda r: r[0],
     domains={"mask": Masks(hint=MASK_KINDS),  # "passes the mask to your sdp attention": 2.1's
              "x": Tensors(layouts=(), scales=(1e3,), base=causal_case, hint=HUGE_SCORES)},
     hint="The exercise text gives the formula: queries, keys and values are three projections of "

@@ -1,26 +1,23 @@
 """Checks for notebook 03, multi-head attention: each exercise's contract, declared.
 
-The references are written from the exercise text, not from the course's solution: head h
-holds features h*d_k ... (h+1)*d_k - 1; the module projects with the check's own weights
-(loaded into w_q, w_k, w_v, w_o), attends per head with one mask for every head, merges and
-projects; the parameter count is that of ``torch.nn.MultiheadAttention``. The runner
-(:mod:`course.spec`) applies every property; the exercise-specific ones are in
-:mod:`course.properties` (notebook 03's section).
+The references are written from the exercise text, not from the course's solution: 3.2 is
+:func:`course.checks.reference.multi_head` with the check's own weights loaded into w_q, w_k,
+w_v, w_o; 3.3 counts the parameters of ``torch.nn.MultiheadAttention``.
 """
 
 from __future__ import annotations
 
 import copy
-import math
+import functools
 from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - the usual name
 from torch import nn
 
 from course import properties as prop
 from course.check import exercise_check
+from course.checks import reference as ref
 from course.domains import Tensors, causal_case
 from course.properties import attention, generator
 from course.properties.statistics import SHARED, independent, is_dropout_of
@@ -35,6 +32,7 @@ from course.spec import (
     Property,
     Spec,
     check,
+    in_train,
     run_function,
 )
 
@@ -47,28 +45,17 @@ SPLIT_HINT = (
 SIZES = [((2, 5, 12), 3), ((1, 7, 8), 2), ((3, 1, 6), 3), ((2, 4, 10), 1), ((2, 3, 6), 6)]
 
 
-def _split_cases() -> list[Case]:
-    g = generator(0)
-    cases = [
-        Case(f"x {s}, {h} heads", {"x": torch.randn(s, generator=g), "num_heads": h}, grad=i == 0)
-        for i, (s, h) in enumerate(SIZES)
-    ]
-    x = torch.randn(2, 3, 8, generator=g, dtype=torch.float64)
-    return [*cases, Case("a float64 x (2, 3, 8), 4 heads", {"x": x, "num_heads": 4})]
-
-
-def _merge_cases() -> list[Case]:
-    g = generator(1)  # contiguous (B, H, L, d) as attention returns it: transpose-then-view fails
-    cases = [
-        Case(
-            f"x ({s[0]}, {h}, {s[1]}, {s[2] // h})",
-            {"x": torch.randn(s[0], h, s[1], s[2] // h, generator=g)},
-            grad=i == 0,
-        )
-        for i, (s, h) in enumerate(SIZES)
-    ]
-    x = torch.randn(2, 4, 3, 2, generator=g, dtype=torch.float64)
-    return [*cases, Case("a float64 x (2, 4, 3, 2)", {"x": x})]
+def _head_cases(merge: bool) -> list[Case]:
+    """split_heads' cases, or merge_heads' on the heads' shape (contiguous (B, H, L, d) as
+    attention returns it: transpose-then-view fails); the last one in float64."""
+    g, cases = generator(int(merge)), []
+    for i, ((b, n, d), h) in enumerate([*SIZES, ((2, 3, 8), 4)]):
+        wide = i == len(SIZES)
+        shape = (b, h, n, d // h) if merge else (b, n, d)
+        x = torch.randn(shape, generator=g, dtype=torch.float64 if wide else torch.float32)
+        what = f"{'a float64 ' if wide else ''}x {shape}{'' if merge else f', {h} heads'}"
+        cases.append(Case(what, {"x": x} if merge else {"x": x, "num_heads": h}, grad=i == 0))
+    return cases
 
 
 SPLIT = Spec(
@@ -77,7 +64,7 @@ SPLIT = Spec(
     name="split_heads",
     params=("x", "num_heads"),
     reference=lambda x, num_heads: x.unflatten(-1, (num_heads, -1)).transpose(1, 2),
-    cases=_split_cases,
+    cases=lambda: _head_cases(merge=False),
     gradients=("x",),
     hint=SPLIT_HINT,
     properties=(
@@ -102,7 +89,7 @@ MERGE = replace(  # the same exercise, hint and gradients; no refusal: every sha
     name="merge_heads",
     params=("x",),
     reference=lambda x: x.transpose(1, 2).flatten(2),
-    cases=_merge_cases,
+    cases=lambda: _head_cases(merge=True),
     properties=(),
 )
 
@@ -158,25 +145,20 @@ def _in_train(module: Any, case: Case, call: Any) -> dict[str, Any]:
 
     def run() -> dict[str, Any]:
         twin = copy.deepcopy(module).double().eval()
-        evaluation = twin(**inputs)
-        trained = twin.train()(**inputs)
-        named = dict(twin.named_parameters())
-        state = {
-            f"{n}.{k[0]}": named.get(f"{n}.{k}") for n in ("w_o", "w_v") for k in ("weight", "bias")
-        }
         return {
-            "eval": evaluation,
-            "train": trained,
+            "eval": twin(**inputs),
+            "train": in_train(twin, (), inputs)["result"],
             "value": inputs["value"],
-            "state": {k: v.detach() if v is not None else None for k, v in state.items()},
+            "state": {k: p.detach() for k, p in twin.named_parameters() if k[:3] in ("w_o", "w_v")},
         }
 
     return prop.observe(f"the module in train() mode on {case.what}", run, random=True)
 
 
 def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) -> None:
-    """Multi-head attention's dropout (0.3, 2 heads), in training mode: it acts on the
-    attention weights before they multiply V, and the weights returned are those before."""
+    """Multi-head attention's dropout (0.3, 2 heads), in training mode: it acts on the attention
+    weights before they multiply V (recovered from the output: undo ``w_o``, split the heads,
+    solve against each head's values), and the weights returned are those before."""
     if got[1].shape != expected[1].shape or got[0].shape != expected[0].shape:
         return  # the shape speaks for itself
     (out_e, w_e), (out_t, w_t) = seen["eval"], seen["train"]
@@ -199,7 +181,26 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
         "property violated: training mode).",
         DROPOUT_HINT,
     )
-    mistake = _dropout_location({**seen, "train": out_t, "eval": out_e, "weights": w_e})
+    w = seen["state"]
+    w_o, w_v = w["w_o.weight"], w["w_v.weight"]
+    b_o, b_v = (w.get(f"{n}.bias", torch.zeros(len(w_o), dtype=w_o.dtype)) for n in ("w_o", "w_v"))
+    # undo w_o: (B, H, Lq, d_k)
+    heads_t, heads_e = (
+        torch.linalg.solve(w_o.T, out - b_o, left=False).unflatten(-1, (2, -1)).transpose(1, 2)
+        for out in (out_t, out_e)
+    )
+    v = (seen["value"] @ w_v.T + b_v).unflatten(-1, (2, -1)).transpose(1, 2)
+    used = heads_t @ torch.linalg.pinv(v)  # the weights that multiplied V
+    if torch.allclose(used @ v, heads_t, atol=1e-8) and is_dropout_of(used, w_e, 0.3):
+        mistake = None if independent(used.abs() < 1e-9, 2) else SHARED
+    elif is_dropout_of(out_t, out_e, 0.3):
+        mistake = "dropout acts on the module's output (after w_o)"
+    elif is_dropout_of(heads_t, heads_e, 0.3):
+        mistake = "dropout acts on the heads' outputs (weights @ V, before w_o)"
+    else:
+        mistake = (
+            "the output is not the values weighted by the attention weights after one dropout(p)"
+        )
     prop.expect(
         mistake is None,
         f"{what}, {mistake} (the property violated: training mode); dropout belongs on the "
@@ -209,75 +210,13 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
     )
 
 
-def _dropout_location(observed: dict[str, Any], heads: int = 2, p: float = 0.3) -> str | None:
-    """Where dropout acted: None when on the attention weights (the weights that multiplied V
-    are recovered from the output: undo ``w_o``, split the heads, solve against each head's
-    values), else the mistake in words."""
-    out_t, out_e, w_e, x = (observed[k] for k in ("train", "eval", "weights", "value"))
-    w_o, b_o, w_v, b_v = (observed["state"][k] for k in ("w_o.w", "w_o.b", "w_v.w", "w_v.b"))
-    b_o = torch.zeros(w_o.shape[0], dtype=w_o.dtype) if b_o is None else b_o
-    b_v = torch.zeros(w_v.shape[0], dtype=w_v.dtype) if b_v is None else b_v
-
-    def merged(out: torch.Tensor) -> torch.Tensor:  # undo w_o: (B, H, Lq, d_k)
-        return torch.linalg.solve(w_o.T, out - b_o, left=False).unflatten(-1, (heads, -1))
-
-    heads_t, heads_e = merged(out_t).transpose(1, 2), merged(out_e).transpose(1, 2)
-    v = (x @ w_v.T + b_v).unflatten(-1, (heads, -1)).transpose(1, 2)
-    used = heads_t @ torch.linalg.pinv(v)  # the weights that multiplied V
-    if torch.allclose(used @ v, heads_t, atol=1e-8) and is_dropout_of(used, w_e, p):
-        return None if independent(used.abs() < 1e-9, 2) else SHARED
-    if is_dropout_of(out_t, out_e, p):
-        return "dropout acts on the module's output (after w_o)"
-    if is_dropout_of(heads_t, heads_e, p):
-        return "dropout acts on the heads' outputs (weights @ V, before w_o)"
-    return "the output is not the values weighted by the attention weights after one dropout(p)"
-
-
-def _attention(
-    build: Build, w: dict, buffers: Any, query: Any, key: Any, value: Any, mask: Any = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The text's multi-head attention with the check's weights ``w``."""
-
-    def project(name: str, t: torch.Tensor) -> torch.Tensor:
-        bias = w.get(f"{name}.bias")
-        return F.linear(
-            t, w[f"{name}.weight"].to(t.dtype), None if bias is None else bias.to(t.dtype)
-        )
-
-    heads = build.inputs["num_heads"]
-    q, k, v = (
-        project(n, t).unflatten(-1, (heads, -1)).transpose(1, 2)
-        for n, t in (("w_q", query), ("w_k", key), ("w_v", value))
-    )
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), -math.inf)
-    weights = scores.softmax(-1)
-    return project("w_o", (weights @ v).transpose(1, 2).flatten(2)), weights
-
-
-def _projections(build: Build) -> dict[str, tuple[int, ...]]:
-    d = build.inputs["d_model"]
-    biased = build.inputs.get("bias", True)
-    return {
-        f"{n}.{k}": (d, d) if k == "weight" else (d,)
-        for n in ("w_q", "w_k", "w_v", "w_o")
-        for k in ("weight", "bias")
-        if k == "weight" or biased
-    }
-
-
-def _padding(lengths: list[int], length: int) -> torch.Tensor:
-    """(B, 1, length) boolean mask, True for the first ``lengths[b]`` positions."""
-    return (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).unsqueeze(1)
-
-
-def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
+def _mha_cases(made: dict, pick: tuple[int, ...]) -> list[Case]:
+    d = made["d_model"]
     g = generator(100 + d)
     x, q, k, v, x4, x1 = (
         torch.randn(*s, d, generator=g) for s in ((2, 5), (2, 3), (2, 7), (2, 7), (4, 6), (1, 1))
     )
-    pad4, causal = _padding([6, 2, 5, 3], 6), torch.ones(1, 6, 6, dtype=torch.bool).tril()
+    pad4, causal = ref.key_mask([6, 2, 5, 3], 6), ref.causal(6)
     cross = {"query": q, "key": k, "value": v}
 
     def own(t: torch.Tensor, mask: Any = None) -> dict[str, Any]:  # self-attention's inputs
@@ -288,7 +227,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case("cross-attention, 3 queries over 7 keys with other values", {**cross, "mask": None}),
         Case(
             "cross-attention with a (2, 1, 7) padding mask",
-            {**cross, "mask": _padding([7, 4], 7)},
+            {**cross, "mask": ref.key_mask([7, 4], 7)},
             grad=True,
         ),
         Case("self-attention, 4 sequences of different lengths, (4, 1, 6) mask", own(x4, pad4)),
@@ -296,7 +235,7 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case("self-attention with a causal and padding mask (4, 6, 6)", own(x4, causal & pad4)),
         Case(
             "cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
-            {**cross, "mask": _padding([3, 6], 7).unsqueeze(1)},
+            {**cross, "mask": ref.key_mask([3, 6], 7).unsqueeze(1)},
         ),
         Case("a batch of one, a single token", own(x1)),
         Case(
@@ -306,33 +245,21 @@ def _mha_cases(d: int, pick: tuple[int, ...]) -> list[Case]:
         Case(
             "self-attention where sequence 1 is all padding (fully masked rows: compared only "
             "on the other device, in train and eval mode)",
-            own(x4, _padding([6, 0, 5, 3], 6)),
+            own(x4, ref.key_mask([6, 0, 5, 3], 6)),
             compare=False,
         ),
     ]
     return [table[i] for i in pick]
 
 
-def _mha_builds() -> list[Build]:
-    def build(what: str, inputs: dict, pick: tuple[int, ...], deterministic: bool = True) -> Build:
-        return Build(what, inputs, lambda: _mha_cases(inputs["d_model"], pick), deterministic)
-
-    full = {"dropout": 0.0, "bias": True}
-    return [
-        build("24 features, 4 heads", {"d_model": 24, "num_heads": 4, **full}, (*range(8), 9)),
-        build("the defaults", {"d_model": 24, "num_heads": 4}, (0, 2)),
-        build(
-            "no biases", {"d_model": 18, "num_heads": 3, "dropout": 0.0, "bias": False}, (1, 2, 5)
-        ),
-        build("one head", {"d_model": 12, "num_heads": 1, **full}, (1, 4)),
-        build("one feature per head", {"d_model": 8, "num_heads": 8, **full}, (2,)),
-        build(
-            "dropout 0.3",
-            {"d_model": 16, "num_heads": 2, "dropout": 0.3, "bias": True},
-            (0, 2, 8, 9),
-            deterministic=False,
-        ),
-    ]
+MHA_BUILDS = [  # what, the constructor's arguments, the cases of _mha_cases it runs
+    ("24 features, 4 heads", dict(d_model=24, num_heads=4, dropout=0.0, bias=True), (*range(8), 9)),
+    ("the defaults", dict(d_model=24, num_heads=4), (0, 2)),
+    ("no biases", dict(d_model=18, num_heads=3, dropout=0.0, bias=False), (1, 2, 5)),
+    ("one head", dict(d_model=12, num_heads=1, dropout=0.0, bias=True), (1, 4)),
+    ("one feature per head", dict(d_model=8, num_heads=8, dropout=0.0, bias=True), (2,)),
+    ("dropout 0.3", dict(d_model=16, num_heads=2, dropout=0.3, bias=True), (0, 2, 8, 9)),
+]
 
 
 def _keeps_num_heads(case: Case, got: Any, expected: Any, seen: Any) -> None:
@@ -362,10 +289,17 @@ multi_head_attention = check(
         forward=("query", "key", "value", "mask"),
         defaults={"mask": None},
         forms=(POSITIONAL, KEYWORD, DEFAULTS),
-        builds=_mha_builds,
+        builds=lambda: [  # with dropout, train() differs from eval()
+            Build(what, made, functools.partial(_mha_cases, made, pick), not made.get("dropout"))
+            for what, made, pick in MHA_BUILDS
+        ],
         domains={"query": Tensors(layouts=(), scales=(1e4, -1e4), base=causal_case)},  # as 2.1
-        parameters=_projections,
-        reference=_attention,
+        parameters=lambda b: ref.projections(
+            "", b.inputs["d_model"], b.inputs["d_model"], b.inputs.get("bias", True)
+        ),
+        reference=lambda build, w, buffers, query, key, value, mask=None: ref.multi_head(
+            w, "", query, key, value, mask, build.inputs["num_heads"]
+        ),
         gradients=("query", "key", "value"),
         output=lambda r: r[0],
         hint=MHA_HINT,

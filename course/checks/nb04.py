@@ -1,16 +1,17 @@
-"""Checks for notebook 04, positional encoding: each exercise's contract, declared.
+"""Checks for notebook 04, positional encoding: each exercise's contract, declared; the
+properties of positions each serve one check, so they live here.
 
-References hold no implementation of an exercise: the sinusoidal table is
-:func:`course.checks.reference.sinusoid_table` (Vaswani et al., 2017, section 3.5, in float64);
-rotary embeddings are rotated by the Hugging Face ``transformers`` function of GPT-J (adjacent
-pairs, as in Su et al., 2021) on the angles ``m * theta_i`` of the text. A float32 table is as
-right as float32 angles allow: long tables and the module's buffer are compared with a tolerance
-that grows with the position (:func:`_rows_close`), so the float32
-constructions of pytorch/examples, the Annotated Transformer and d2l pass.
+References hold no implementation of an exercise: the paper's table in float64
+(:func:`course.checks.reference.sinusoid_table`); rotary embeddings by GPT-J's function in
+``transformers`` (adjacent pairs, as in Su et al., 2021). A float32 table is as right as float32
+angles allow (:func:`_rows_close`), so the float32 constructions of pytorch/examples, the
+Annotated Transformer and d2l pass.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,16 +55,27 @@ def _too_long(max_len: int, d_model: int, name: str) -> Property:
     )
 
 
-def _xs(d_model: int, shapes: list, max_len: int, offset: int, mode: str = "") -> list[Case]:
-    g = generator(offset)
-    exactly = f"x of exactly max_len={max_len} positions (every length up to and including max_len"
-    return [
-        Case(
-            (f"{exactly} is allowed)" if n == max_len else f"x ({b}, {n}, {d_model})") + mode,
-            {"x": torch.randn(b, n, d_model, generator=g)},
-            grad=i == 1,
-        )
-        for i, (b, n) in enumerate(shapes)
+def _builds(rows: list[tuple], offset: int) -> Callable[[], list[Build]]:
+    """One build per row (what, the constructor's arguments, x's (batch, length) shapes); with
+    dropout, train() differs from eval()."""
+
+    def xs(made: dict, shapes: list, offset: int) -> list[Case]:
+        g = generator(offset)
+        d, n, p = made["d_model"], made.get("max_len", 512), made.get("dropout", 0.0)
+        mode = f"; dropout={p}, which eval mode turns off" if p else ""
+        exactly = f"x of exactly max_len={n} positions (every length up to and including max_len"
+        return [
+            Case(
+                (f"{exactly} is allowed)" if length == n else f"x ({b}, {length}, {d})") + mode,
+                {"x": torch.randn(b, length, d, generator=g)},
+                grad=i == 1,
+            )
+            for i, (b, length) in enumerate(shapes)
+        ]
+
+    return lambda: [
+        Build(what, made, functools.partial(xs, made, shapes, offset + i), not made.get("dropout"))
+        for i, (what, made, shapes) in enumerate(rows)
     ]
 
 
@@ -126,10 +138,6 @@ def _rows_close(got: Any, expected: torch.Tensor, what: str, hint: str = TABLE_H
 LONG = ((512, 32), (10000, 16))  # (max_len, d_model): long tables, as float32 allows
 
 
-def _long_tables(student: Any, case: Any, call_: Any) -> list[Any]:
-    return [prop.call(f"sinusoidal_table({n}, {d})", student, n, d) for n, d in LONG]
-
-
 def _long_judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
     """Long tables within :func:`_rows_close` of the paper's; on a pass, a note where float32
     angles cost precision."""
@@ -138,7 +146,8 @@ def _long_judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
         what = f"sinusoidal_table({n}, {d})"
         expect(
             isinstance(table, torch.Tensor) and table.dtype == torch.float32,
-            f"{what} is not a float32 tensor (the property violated: the stated dtype).",
+            f"{what} is {getattr(table, 'dtype', prop.a_type(table))}, expected a float32 tensor "
+            "(the property violated: the stated dtype).",
         )
         truth = sinusoid_table(n, d)
         _rows_close(table, truth, what, "Positions start at 0 and run to max_len - 1.")
@@ -169,7 +178,9 @@ sinusoidal_table = check(
             Property(
                 "long tables, as float32 allows",
                 _long_judge,
-                _long_tables,
+                lambda student, case, call: [
+                    prop.call(f"sinusoidal_table({n}, {d})", student, n, d) for n, d in LONG
+                ],
                 applies=lambda c: c.inputs["max_len"] == 7,
             ),
         ),
@@ -228,7 +239,8 @@ def _dropout_judge(case: Any, got: Any, expected: torch.Tensor, trained: Any) ->
         return  # the shape speaks for itself
     expect(
         isinstance(trained, torch.Tensor) and trained.shape == expected.shape,
-        f"{what}: the output has another shape than in eval mode.",
+        f"{what}: the output has shape {tuple(getattr(trained, 'shape', ()))}, in eval mode "
+        f"{tuple(expected.shape)} (the property violated: training mode).",
         ENCODING_HINT,
     )
     expect(
@@ -266,41 +278,22 @@ def _encoding(build: Build, w: dict, buffers: dict, x: torch.Tensor) -> torch.Te
     return x + paper[: x.size(1)].to(x.dtype)
 
 
-def _encoding_builds() -> list[Build]:
-    def build(what: str, inputs: dict, shapes: list, offset: int, det: bool = True) -> Build:
-        n, d = inputs.get("max_len", 512), inputs["d_model"]
-        mode = "" if det else f"; dropout={inputs['dropout']}, which eval mode turns off"
-        return Build(what, inputs, lambda: _xs(d, shapes, n, offset, mode), det)
-
-    return [
-        build(
-            "max_len 40",
-            {"d_model": 16, "max_len": 40, "dropout": 0.0},
-            [(1, 9), (2, 11), (3, 40), (4, 1)],
-            0,
-        ),
-        build(
-            "dropout 0.3",
-            {"d_model": 6, "max_len": 7, "dropout": 0.3},
-            [(2, 5), (1, 7), (400, 7)],
-            1,
-            det=False,
-        ),
-        build(
-            "the defaults (max_len=512, dropout=0.0)", {"d_model": 8}, [(1, 5), (2, 3), (1, 512)], 2
-        ),
-    ]
-
+NAME = "SinusoidalPositionalEncoding"
+ENCODINGS = [  # the defaults are max_len=512, dropout=0.0
+    ("max_len 40", dict(d_model=16, max_len=40, dropout=0.0), [(1, 9), (2, 11), (3, 40), (4, 1)]),
+    ("dropout 0.3", dict(d_model=6, max_len=7, dropout=0.3), [(2, 5), (1, 7), (400, 7)]),
+    ("the defaults (max_len=512, dropout=0.0)", dict(d_model=8), [(1, 5), (2, 3), (1, 512)]),
+]
 
 sinusoidal_encoding = check(
     ModuleSpec(
         exercise="Exercise 4.2",
         title="sinusoidal positional encoding module",
-        name="SinusoidalPositionalEncoding",
+        name=NAME,
         init=("d_model", "max_len", "dropout"),
         init_defaults={"max_len": 512, "dropout": 0.0},
         forward=("x",),
-        builds=_encoding_builds,
+        builds=_builds(ENCODINGS, 0),
         parameters=lambda build: {},
         reference=_encoding,
         gradients=("x",),
@@ -313,8 +306,7 @@ sinusoidal_encoding = check(
                 _in_train,
                 applies=lambda c: c.inputs["x"].shape[-1] == 6,
             ),
-            *(_too_long(n, d, "SinusoidalPositionalEncoding") for n, d in ((40, 16), (7, 6))),
-            _too_long(512, 8, "SinusoidalPositionalEncoding"),
+            *(_too_long(m.get("max_len", 512), m["d_model"], NAME) for _, m, _ in ENCODINGS),
         ),
     )
 )
@@ -322,24 +314,17 @@ sinusoidal_encoding = check(
 
 # --- Exercise 4.3 ----------------------------------------------------------------------------
 
+LEARNED_BUILDS = [
+    ("max_len 20, d_model 8", dict(max_len=20, d_model=8), [(1, 7), (3, 7), (2, 20), (1, 1)]),
+    ("max_len 5, d_model 3", dict(max_len=5, d_model=3), [(2, 5), (4, 2)]),
+]
 LEARNED = ModuleSpec(
     exercise="Exercise 4.3",
     title="learned positional embedding",
     name="LearnedPositionalEmbedding",
     init=("max_len", "d_model"),
     forward=("x",),
-    builds=lambda: [
-        Build(
-            "max_len 20, d_model 8",
-            {"max_len": 20, "d_model": 8},
-            lambda: _xs(8, [(1, 7), (3, 7), (2, 20), (1, 1)], 20, 10),
-        ),
-        Build(
-            "max_len 5, d_model 3",
-            {"max_len": 5, "d_model": 3},
-            lambda: _xs(3, [(2, 5), (4, 2)], 5, 11),
-        ),
-    ],
+    builds=_builds(LEARNED_BUILDS, 10),
     parameters=lambda build: {
         "embedding.weight": (build.inputs["max_len"], build.inputs["d_model"])
     },
@@ -385,68 +370,49 @@ def _rotated(x: torch.Tensor, positions: Any = None, base: float = 10000.0) -> t
 
 
 def _rope_cases() -> list[Case]:
-    f32, f64, tensor = torch.float32, torch.float64, torch.tensor
-    table = [  # what, x's shape and dtype, the inputs besides x that the case gives, the hint
-        ("x (2, 3, 10, 16)", (2, 3, 10, 16), f32),
-        ("a float64 (1, 7, 6) input", (1, 7, 6), f64, {}, "Keep the input's dtype."),
-        ("a (1, 1, 1, 4) input (one position)", (1, 1, 1, 4), f32),
-        ("a 2-D (12, 32) input", (12, 32), f64),
-        (
+    g, t, f32, f64 = generator(0), torch.tensor, torch.float32, torch.float64
+
+    def given(*shape: int, dtype: torch.dtype = f64, **inputs: Any) -> dict[str, Any]:
+        """x of ``shape`` and the arguments besides x that the case gives."""
+        x = torch.randn(shape, generator=g, dtype=dtype)
+        return {"x": x, "positions": None, "base": 10000.0, **inputs}
+
+    return [
+        Case("x (2, 3, 10, 16)", given(2, 3, 10, 16, dtype=f32), grad=True),
+        Case("a float64 (1, 7, 6) input", given(1, 7, 6), "Keep the input's dtype."),
+        Case("a (1, 1, 1, 4) input (one position)", given(1, 1, 1, 4, dtype=f32)),
+        Case("a 2-D (12, 32) input", given(12, 32)),
+        Case(
             "positions=5..11",
-            (1, 7, 6),
-            f64,
-            {"positions": torch.arange(7) + 5},
+            given(1, 7, 6, positions=torch.arange(7) + 5),
             "Use the `positions` argument when it is given instead of 0..L-1.",
         ),
-        (
+        Case(
             "positions=[3, 0, 17, 2, 2, 40, 1] as float64 (floating point positions are allowed)",
-            (1, 7, 6),
-            f64,
-            {"positions": tensor([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64)},
+            given(1, 7, 6, positions=t([3.0, 0.0, 17.0, 2.0, 2.0, 40.0, 1.0], dtype=f64)),
+            grad=True,
         ),
-        (
+        Case(
             "positions=[0.5, 0, 2.25, 7, 1.5, 30.75, 3] in float64 (floating point positions are "
             "allowed: compute the angles from them)",
-            (1, 7, 6),
-            f64,
-            {"positions": tensor([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64)},
+            given(1, 7, 6, positions=t([0.5, 0.0, 2.25, 7.0, 1.5, 30.75, 3.0], dtype=f64)),
             "The angle is position * theta_i for any real position: do not round it or look it up.",
         ),
-        (
+        Case(
             "(B, L) positions, one row per sequence, for x (3, 5, 8)",
-            (3, 5, 8),
-            f64,
-            {"positions": tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]])},
+            given(3, 5, 8, positions=t([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [4, 3, 2, 1, 0]])),
             "positions may have the shape of x without its last axis: each sequence its own.",
         ),
-        (
+        Case(
             "positions (2, 1, 5) for x (2, 2, 5, 8)",
-            (2, 2, 5, 8),
-            f32,
-            {"positions": tensor([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])},
+            given(2, 2, 5, 8, dtype=f32, positions=t([[[0, 1, 2, 3, 4]], [[3, 4, 5, 6, 7]]])),
             "positions broadcasts to x's shape without its last axis.",
         ),
-        (
+        Case(
             "base=100.0",
-            (1, 7, 6),
-            f64,
-            {"base": 100.0},
+            given(1, 7, 6, base=100.0),
             "theta_i is computed from the `base` argument.",
         ),
-    ]
-    return [
-        Case(
-            what,
-            {
-                "x": torch.randn(shape, generator=generator(i), dtype=dtype),
-                "positions": None,
-                "base": 10000.0,
-                **(given[0] if given else {}),
-            },
-            *given[1:],
-            grad=i in (0, 5),
-        )
-        for i, (what, shape, dtype, *given) in enumerate(table)
     ]
 
 
@@ -463,10 +429,13 @@ def _rotation(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -
         return  # the shape speaks for itself
     x = case.inputs["x"].double()
     bound = tolerance(got.dtype)
+    norms, before = got.double().norm(dim=-1), x.norm(dim=-1)
+    at = tuple(int(i) for i in torch.unravel_index((norms - before).abs().argmax(), norms.shape))
     expect(
-        torch.allclose(got.double().norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4),
-        f"on {case.what}, the vector norms changed (the property violated: a rotation keeps "
-        "every length).",
+        torch.allclose(norms, before, atol=1e-4, rtol=1e-4),
+        f"on {case.what}, the vector norms changed: the vector at index {at} has norm "
+        f"{norms[at].item():.6g}, the input's {before[at].item():.6g} (the property violated: "
+        "a rotation keeps every length).",
         ROPE_HINT,
     )
     if case.inputs.get("positions") is None:
@@ -508,11 +477,13 @@ def _relative(case: Any, got: Any, expected: Any, rotated: list[Any]) -> None:
     """RoPE's defining property: the score ``<R_m q, R_n k>`` depends only on ``m - n``, at
     the tolerance the dtype allows."""
     scores = rotated[0] @ rotated[1].T
+    gap = (scores[1:, 1:] - scores[:-1, :-1]).abs()
+    m, n = (int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
     expect(
         torch.allclose(scores[1:, 1:], scores[:-1, :-1], **tolerance(scores.dtype)),
-        "score(m + 1, n + 1) differs from score(m, n) for one query and one key placed at "
-        "every pair of positions 0..11 (the property violated: the score depends only on "
-        "m - n).",
+        f"score({m + 1}, {n + 1}) = {scores[m + 1, n + 1].item():.6g} differs from score({m}, "
+        f"{n}) = {scores[m, n].item():.6g} for one query and one key placed at every pair of "
+        "positions 0..11 (the property violated: the score depends only on m - n).",
         ROPE_HINT,
     )
 

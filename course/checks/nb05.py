@@ -1,20 +1,11 @@
 """Checks for notebook 05, encoder/decoder: each exercise's contract declared once, as a spec.
 
 The reference is the paper's pre-LN Transformer written as functions of *the check's own*
-weights (``F.linear``, ``F.layer_norm``, ``F.scaled_dot_product_attention``, ``F.embedding``
-and the sinusoidal table of :mod:`course.checks.reference`): the runner (:mod:`course.spec`)
-loads those weights into the student's module by the names the text gives, so a copied or
-all-zero twin cannot pass, and applies every property: call forms as later notebooks call the
-classes (positionally, by keyword, with the defaults left out), the stated result, gradients
-of the inputs and of every named parameter (in ``train()`` mode where dropout is 0), ``train()``
-against ``eval()``, the device. The properties of the text itself (padding invariance,
-causality, where dropout acts, what ``encode`` returns, the decoding protocol) are written in
-:mod:`course.properties`.
-
-Masks follow the course convention: boolean, True = "may attend", (B, 1 or L_q, L_k).
-A LayerNorm written by hand (two vectors, gain first, as the Annotated Transformer's
-``a_2``/``b_2``) is read as ``weight``/``bias``; the paper's weight tying (section 3.4) of the
-output projection with the target embedding is accepted.
+weights, which the runner loads into the student's module by the names the text gives, so a
+copied or all-zero twin cannot pass. Masks follow the course convention: boolean, True = "may
+attend", (B, 1 or L_q, L_k). A LayerNorm written by hand (two vectors, gain first, as the
+Annotated Transformer's ``a_2``/``b_2``) is read as ``weight``/``bias``; the paper's weight
+tying (section 3.4) of the output projection with the target embedding is accepted.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -31,7 +22,7 @@ from torch import nn
 
 from course import properties as prop
 from course.check import exercise_check
-from course.checks.reference import sinusoid_table
+from course.checks import reference as ref
 from course.domains import Numbers
 from course.properties import attention, decoding, generator, statistics
 from course.spec import (
@@ -59,17 +50,13 @@ EPS = "check_eps"  # a buffer the check adds: the eps a norm module uses
 
 @dataclass(frozen=True)
 class Probe(Case):
-    """A case with what its properties need: the inputs ``alone`` (without ``added``), the
-    padding id."""
+    """Every case of a module check here: what its properties need, the inputs ``alone``
+    (without ``added``), the padding id."""
 
     alone: Mapping[str, Any] = field(default_factory=dict)
     added: str = ""
     pad: int = 0
-    dropped: bool = False  # a dropout=1.0 build: the train() output is stated
-
-
-def _dropped_case(case: Case) -> bool:
-    return bool(getattr(case, "dropped", False))
+    dropped: bool = False  # a dropout=1.0 build's: the train() output is stated
 
 
 # --- the reference: the paper's pre-LN layers as functions of the weights -------------------
@@ -85,19 +72,6 @@ def _linear(w: Mapping, p: str, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, w[f"{p}.weight"], w[f"{p}.bias"])
 
 
-def _mha(w: Mapping, p: str, q: torch.Tensor, kv: torch.Tensor, mask: Any, heads: int) -> Any:
-    """Multi-head attention (section 3.2.2); ``mask`` (B or 1, 1 or L_q, L_k), True = attend."""
-    batch, length, d = q.shape
-
-    def split(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(t.shape[0], t.shape[1], heads, d // heads).transpose(1, 2)
-
-    q, k, v = (split(_linear(w, f"{p}.{n}", t)) for n, t in (("w_q", q), ("w_k", kv), ("w_v", kv)))
-    m = None if mask is None else mask[:, None]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
-    return _linear(w, f"{p}.w_o", out.transpose(1, 2).reshape(batch, length, d))
-
-
 def _ffn(w: Mapping, p: str, x: torch.Tensor) -> torch.Tensor:
     return _linear(w, f"{p}linear2", torch.relu(_linear(w, f"{p}linear1", x)))
 
@@ -109,26 +83,20 @@ def _block(w: Mapping, p: str, x: torch.Tensor, heads: int, mask: Any, *memory: 
     steps += [("cross_attn_residual", "cross_attn", *memory)] if memory else []
     for residual, name, keys, m in steps:
         h = _ln(w, f"{p}{residual}.norm", x)
-        x = x + _mha(w, f"{p}{name}", h, h if keys is None else keys, m, heads)
+        kv = h if keys is None else keys
+        x = x + ref.multi_head(w, f"{p}{name}.", h, kv, kv, m, heads)[0]
     return x + _ffn(w, f"{p}ffn.", _ln(w, f"{p}ffn_residual.norm", x))
 
 
-def _embed(w: Mapping, p: str, ids: torch.Tensor, pad: int) -> torch.Tensor:
-    """E[ids] * sqrt(d_model) + PE (section 3.4-3.5); the pad row gets no gradient."""
-    table = w[f"{p}embed.embedding.weight"]
-    d = table.shape[1]
-    looked_up = F.embedding(ids, table, padding_idx=pad) * math.sqrt(d)
-    return looked_up + sinusoid_table(ids.shape[1], d, table.dtype)
-
-
 def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory: Any) -> Any:
-    """The encoder, or with ``memory`` (the memory and its mask) the decoder: embeddings, the
-    blocks, the final norm. Without a mask: the padding mask of ``ids``, causal in a decoder."""
+    """The encoder, or with ``memory`` (the memory and its mask) the decoder: embeddings (the pad
+    row gets no gradient), the blocks, the final norm. Without a mask: the padding mask of
+    ``ids``, causal in a decoder."""
     if mask is None:
-        length = ids.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool).tril() if memory else True
-        mask = (ids != b["pad_id"])[:, None, :] & causal
-    x = _embed(w, p, ids, b["pad_id"])
+        mask = (ids != b["pad_id"])[:, None, :] & (ref.causal(ids.shape[1]) if memory else True)
+    table = w[f"{p}embed.embedding.weight"]  # E[ids] * sqrt(d_model) + PE (sections 3.4-3.5)
+    x = F.embedding(ids, table, padding_idx=b["pad_id"]) * math.sqrt(table.shape[1])
+    x = x + ref.sinusoid_table(ids.shape[1], table.shape[1], table.dtype)
     for i in range(b["num_layers"]):
         x = _block(w, f"{p}layers.{i}.", x, b["num_heads"], mask, *memory)
     return _ln(w, f"{p}norm", x)
@@ -137,28 +105,24 @@ def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory
 # --- the parameters the text names ----------------------------------------------------------
 
 
-def _linear_params(p: str, outputs: int, inputs: int) -> dict[str, tuple[int, ...]]:
-    return {f"{p}.weight": (outputs, inputs), f"{p}.bias": (outputs,)}
+def _weight_bias(p: str, *shape: int) -> dict[str, tuple[int, ...]]:
+    """A linear layer's (``shape`` = (outputs, inputs)) or a norm's (``shape`` = (d,))."""
+    return {f"{p}.weight": shape, f"{p}.bias": shape[:1]}
 
 
 def _ffn_params(d: int, ff: int, p: str = "") -> dict[str, tuple[int, ...]]:
-    return _linear_params(f"{p}linear1", ff, d) | _linear_params(f"{p}linear2", d, ff)
-
-
-def _norm_params(d: int, p: str) -> dict[str, tuple[int, ...]]:
-    return {f"{p}.weight": (d,), f"{p}.bias": (d,)}
+    return _weight_bias(f"{p}linear1", ff, d) | _weight_bias(f"{p}linear2", d, ff)
 
 
 def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tuple[int, ...]]:
     attentions = ("self_attn", "cross_attn") if decoder else ("self_attn",)
     out: dict[str, tuple[int, ...]] = {}
     for a in attentions:
-        for n in ("w_q", "w_k", "w_v", "w_o"):
-            out |= _linear_params(f"{p}{a}.{n}", d, d)
+        out |= ref.projections(f"{p}{a}.", d, d)
     out |= _ffn_params(d, ff, f"{p}ffn.")
     norms = ("self_attn_residual", "cross_attn_residual") if decoder else ("attn_residual",)
     for n in (*norms, "ffn_residual"):
-        out |= _norm_params(d, f"{p}{n}.norm")
+        out |= _weight_bias(f"{p}{n}.norm", d)
     return out
 
 
@@ -167,7 +131,7 @@ def _stack_params(b: Mapping, vocab: int, decoder: bool, p: str = "") -> dict:
     out = {f"{p}embed.embedding.weight": (vocab, d)}
     for i in range(b["num_layers"]):
         out |= _block_params(d, b["d_ff"], decoder, f"{p}layers.{i}.")
-    return out | _norm_params(d, f"{p}norm")
+    return out | _weight_bias(f"{p}norm", d)
 
 
 # --- reading the student's module by the text's names -----------------------------------------
@@ -200,18 +164,16 @@ def _shows_tie(module: nn.Module) -> None:
     object.__setattr__(module, "named_parameters", listing)
 
 
-def _read_by_name(cls: Any) -> Callable[..., Any]:
-    def build(*args: Any, **kwargs: Any) -> Any:
-        module = cls(*args, **kwargs)
-        if isinstance(module, nn.Module):
-            _named_norms(module)
-            _shows_tie(module)
-            for sub in module.modules():  # the reference normalises with the same eps
-                if isinstance(getattr(sub, "eps", None), float):
-                    sub.register_buffer(EPS, torch.tensor(sub.eps), persistent=False)
-        return module
-
-    return build
+def _read_by_name(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """The student's module built, then read by the text's names (above)."""
+    module = cls(*args, **kwargs)
+    if isinstance(module, nn.Module):
+        _named_norms(module)
+        _shows_tie(module)
+        for sub in module.modules():  # the reference normalises with the same eps
+            if isinstance(getattr(sub, "eps", None), float):
+                sub.register_buffer(EPS, torch.tensor(sub.eps), persistent=False)
+    return module
 
 
 # --- one check per module: builds from a table, the properties every module shares ----------
@@ -220,23 +182,6 @@ PAD_WORDS = "padding invariance: a masked position never influences a real one"
 CAUSAL_WORDS = "causality: position t never sees a later position"
 PAD_HINT = "The mask says which keys are real; it must reach every attention that reads them."
 CAUSAL_HINT = "The self-attention's mask hides later positions."
-
-
-def _builds(init: tuple[str, ...], rows: tuple, cases: Callable) -> Callable[[], list[Build]]:
-    """One construction per row of constructor values, its forward cases ``cases(inputs)``;
-    train() computes what eval() does where dropout is 0."""
-
-    def make() -> list[Build]:
-        made = [dict(zip(init, values, strict=True)) for values in rows]
-        what = lambda i: ", ".join(f"{k} {v}" for k, v in i.items())  # noqa: E731
-        return [Build(what(i), i, functools.partial(cases, i), i["dropout"] == 0.0) for i in made]
-
-    return make
-
-
-def _adds(word: str) -> Callable[[Case], bool]:
-    """The cases that append what ``word`` names (padding, later positions)."""
-    return lambda case: word in getattr(case, "added", "")
 
 
 def _module_check(
@@ -252,17 +197,28 @@ def _module_check(
     later = attention.prefix_unchanged(owner, CAUSAL_WORDS, CAUSAL_HINT)
     where = statistics.dropped_in_training(owner, *dropped)
     properties = (
-        Property("padding invariance", applies=_adds("pad"), **pad),
-        Property("causality", applies=_adds("later"), **later),
+        Property("padding invariance", applies=lambda case: "pad" in case.added, **pad),
+        Property("causality", applies=lambda case: "later" in case.added, **later),
         *extra,
-        Property("dropout's place", applies=_dropped_case, **where),
+        Property("dropout's place", applies=lambda case: case.dropped, **where),
     )
-    builds = _builds(fields["init"], rows, cases)
+
+    def listed(made: dict) -> list[Case]:
+        if made["dropout"] != 1.0:
+            return cases(made)
+        # every dropout drops everything: the first plain case alone, its train() output stated
+        return [replace(next(c for c in cases(made) if not c.added), dropped=True, grad=False)]
+
+    builds = []  # train() computes what eval() does where dropout is 0
+    for values in rows:
+        made = dict(zip(fields["init"], values, strict=True))
+        what = ", ".join(f"{k} {v}" for k, v in made.items())
+        builds.append(Build(what, made, functools.partial(listed, made), made["dropout"] == 0.0))
     fields = {"init_defaults": {"dropout": 0.0}, **fields}  # the stacks' specs state more
-    spec = ModuleSpec(builds=builds, init_forms=INIT_FORMS, properties=properties, **fields)
+    spec = ModuleSpec(builds=lambda: builds, init_forms=INIT_FORMS, properties=properties, **fields)
 
     def body(student: Any) -> None:
-        run_module(spec, _read_by_name(student))
+        run_module(spec, functools.partial(_read_by_name, student))
 
     body.__name__ = spec.name
     checked = exercise_check(spec.exercise, spec.title, hint=spec.hint, seed=spec.seed)(body)
@@ -271,15 +227,6 @@ def _module_check(
 
 
 # --- inputs ---------------------------------------------------------------------------------
-
-
-def _key_mask(lengths: list[int], width: int) -> torch.Tensor:
-    """(B, 1, L): True on the first ``lengths[b]`` keys."""
-    return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None])[:, None, :]
-
-
-def _causal(length: int) -> torch.Tensor:
-    return torch.ones(length, length, dtype=torch.bool).tril()[None]
 
 
 def _ids(lengths: list[int], width: int, pad: int, vocab: int, g: torch.Generator) -> Any:
@@ -314,16 +261,10 @@ def _table(names: tuple[str, ...], rows: list[tuple], pad: int = 0) -> list[Case
 
 
 def _ffn_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        x = _x(2, 3, D, g=generator(31))
-        return [Probe("an input of shape (2, 3, 16)", {"x": x}, dropped=True)]
     d = b["d_model"]
     g = generator(10 + d)
     shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
-    return [
-        Case(f"an input of shape {s}", {"x": _x(*s, g=g)}, grad=i == 0)
-        for i, s in enumerate(shapes)
-    ]
+    return _table(("x",), [(f"an input of shape {s}", _x(*s, g=g)) for s in shapes])
 
 
 feed_forward = _module_check(
@@ -372,19 +313,11 @@ def _residual_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
 
 
 def _residual_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        inputs = {"x": _x(2, 4, D, g=generator(70)), "sublayer": _sublayer(D)}
-        return [Probe("x of shape (2, 4, 16) and an FFN", inputs, dropped=True)]
     d = b["d_model"]
     g, sub = generator(60 + d), _sublayer(d)
-    return [
-        Case(
-            f"x of shape {s} (mean 1, scale 3) and an FFN as the sub-layer",
-            {"x": 3 * _x(*s, d, g=g) + 1, "sublayer": sub},
-            grad=i == 0,
-        )
-        for i, s in enumerate(((2, 5), (1, 3)))
-    ]
+    what = "x of shape {} (mean 1, scale 3) and an FFN as the sub-layer"
+    rows = [(what.format(s), 3 * _x(*s, d, g=g) + 1, sub) for s in ((2, 5), (1, 3))]
+    return _table(("x", "sublayer"), rows)
 
 
 pre_norm_residual = _module_check(
@@ -398,7 +331,7 @@ pre_norm_residual = _module_check(
     ),
     Property(
         "the pre-LN formula",
-        applies=lambda c: not _dropped_case(c),
+        applies=lambda c: not c.dropped,
         **prop.not_a_known_mistake(_residual_mistakes, PRE_LN, None),
     ),
     exercise="Exercise 5.2",
@@ -406,7 +339,7 @@ pre_norm_residual = _module_check(
     name="PreNormResidual",
     init=("d_model", "dropout"),
     forward=("x", "sublayer"),
-    parameters=lambda b: _norm_params(b.inputs["d_model"], "norm"),
+    parameters=lambda b: _weight_bias("norm", b.inputs["d_model"]),
     reference=lambda b, w, buffers, x, sublayer: x + sublayer(_ln(w | buffers, "norm", x)),
     gradients=("x",),
     hint="Compare the two rows of the table in the text: in pre-LN, what does the residual "
@@ -426,26 +359,18 @@ BLOCK_DROPPED = (
 )
 
 
-def _dropped_block(decoder: bool) -> list[Case]:
-    g = generator(140)
-    inputs = {"x": _x(2, 6, D, g=g)} | ({"memory": _x(2, 5, D, g=g)} if decoder else {})
-    return [Probe("x (2, 6, 16)", inputs, dropped=True)]
-
-
 def _encoder_block_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        return _dropped_block(False)
     d = b["d_model"]
     g = generator(110 + d)
     x, junk = _x(1, 5, d, g=g), 5 * _x(1, 4, d, g=g)
-    both = _key_mask([6, 3], 6) & _causal(6)
+    both = ref.key_mask([6, 3], 6) & ref.causal(6)
     return _table(("x", "mask"), [
         ("5 positions and 4 masked padding positions appended", torch.cat([x, junk], 1),
-         _key_mask([5], 9), {"x": x, "mask": None}, "the masked padding"),
+         ref.key_mask([5], 9), {"x": x, "mask": None}, "the masked padding"),
         ("lengths [7, 4, 1] with a (B, 1, L) padding mask", _x(3, 7, d, g=g),
-         _key_mask([7, 4, 1], 7)),
+         ref.key_mask([7, 4, 1], 7)),
         ("batch 1, mask=None", _x(1, 5, d, g=g), None),
-        ("a (1, L, L) causal mask", _x(2, 6, d, g=g), _causal(6)),
+        ("a (1, L, L) causal mask", _x(2, 6, d, g=g), ref.causal(6)),
         ("a (B, L, L) mask: padding and causal", _x(2, 6, d, g=g), both),
     ])  # fmt: skip
 
@@ -472,24 +397,22 @@ encoder_block = _module_check(
 
 
 def _decoder_block_cases(b: Mapping) -> list[Case]:
-    if b["dropout"] == 1.0:
-        return _dropped_block(True)
     d = b["d_model"]
     g = generator(120 + d)
     x, memory = _x(2, 6, d, g=g), _x(2, 5, d, g=g)
     longer = torch.cat([memory, 4 * _x(2, 3, d, g=g)], 1)
-    whole = {"x": x, "memory": memory, "tgt_mask": _causal(6), "memory_mask": None}
+    whole = {"x": x, "memory": memory, "tgt_mask": ref.causal(6), "memory_mask": None}
     return _table(("x", "memory", "tgt_mask", "memory_mask"), [
-        ("a causal mask, target positions 1-5 appended to position 0", x, memory, _causal(6),
-         None, whole | {"x": x[:, :1], "tgt_mask": _causal(1)}, "the later target positions"),
-        ("3 masked padding rows appended to the memory", x, longer, _causal(6),
-         _key_mask([5, 5], 8), whole, "the masked padding rows"),
+        ("a causal mask, target positions 1-5 appended to position 0", x, memory, ref.causal(6),
+         None, whole | {"x": x[:, :1], "tgt_mask": ref.causal(1)}, "the later target positions"),
+        ("3 masked padding rows appended to the memory", x, longer, ref.causal(6),
+         ref.key_mask([5, 5], 8), whole, "the masked padding rows"),
         ("target lengths [5, 3], memory lengths [7, 2] (L_t = 5, L_s = 7)", _x(2, 5, d, g=g),
-         _x(2, 7, d, g=g), _key_mask([5, 3], 5) & _causal(5), _key_mask([7, 2], 7)),
+         _x(2, 7, d, g=g), ref.key_mask([5, 3], 5) & ref.causal(5), ref.key_mask([7, 2], 7)),
         ("batch 1, target 4, memory 6, a (1, L_t, L_t) causal mask, memory_mask=None",
-         _x(1, 4, d, g=g), _x(1, 6, d, g=g), _causal(4), None),
-        ("target 6, memory 3 (L_t > L_s)", _x(2, 6, d, g=g), _x(2, 3, d, g=g), _causal(6),
-         _key_mask([3, 1], 3)),
+         _x(1, 4, d, g=g), _x(1, 6, d, g=g), ref.causal(4), None),
+        ("target 6, memory 3 (L_t > L_s)", _x(2, 6, d, g=g), _x(2, 3, d, g=g), ref.causal(6),
+         ref.key_mask([3, 1], 3)),
     ])  # fmt: skip
 
 
@@ -526,13 +449,10 @@ STACKS = (  # (vocab, d, heads, d_ff, layers, dropout, max_len, pad_id)
 )
 
 
-def _final_bias(case: Case, state: dict) -> torch.Tensor:
-    ids = next(v for k, v in case.inputs.items() if k.endswith("ids"))
-    return state["norm.bias"].expand(*ids.shape, -1)
-
-
 STACK_DROPPED = (
-    _final_bias,
+    lambda case, state: state["norm.bias"].expand(
+        *next(v for k, v in case.inputs.items() if k.endswith("ids")).shape, -1
+    ),
     "the final norm's bias at every position (the embeddings and every sub-layer's output are "
     "dropped)",
     "dropout wired through every constructor (the positional encoding and every block)",
@@ -542,8 +462,6 @@ STACK_DROPPED = (
 
 def _encoder_cases(b: Mapping) -> list[Case]:
     g, pad, vocab = generator(210 + b["vocab_size"]), b["pad_id"], b["vocab_size"]
-    if b["dropout"] == 1.0:
-        return [Probe("ids (2, 5)", {"ids": _ids([5, 3], 5, pad, vocab, g)}, dropped=True)]
     width = min(b["max_len"], 9)
     ids = _ids([6, 3, 1], 6, pad, vocab, g)
     explicit = (ids != pad)[:, None, :].clone()
@@ -583,9 +501,6 @@ encoder = _module_check(
 def _decoder_cases(b: Mapping) -> list[Case]:
     g, pad, vocab, d = generator(220 + b["vocab_size"]), b["pad_id"], b["vocab_size"], b["d_model"]
     memory = _x(2, 4, d, g=g)
-    if b["dropout"] == 1.0:
-        inputs = {"tgt_ids": _ids([5, 3], 5, pad, vocab, g), "memory": memory}
-        return [Probe("tgt_ids (2, 5) and a memory", inputs, dropped=True)]
     ids = _ids([6, 3, 1], 6, pad, vocab, g)
     full = _ids([5, 5], 5, pad, vocab, g)
     longer = torch.cat([memory, 3 * _x(2, 2, d, g=g)], 1)
@@ -593,10 +508,10 @@ def _decoder_cases(b: Mapping) -> list[Case]:
     return _table(("tgt_ids", "memory", "memory_mask"), [
         ("target positions 1-4 appended to position 0", full, memory, None,
          whole | {"tgt_ids": full[:, :1]}, "the later target positions"),
-        ("2 masked padding rows appended to the memory", full, longer, _key_mask([4, 4], 6),
+        ("2 masked padding rows appended to the memory", full, longer, ref.key_mask([4, 4], 6),
          whole, "the masked padding rows"),
         ("target lengths [6, 3, 1], memory lengths [4, 7, 2]", ids, _x(3, 7, d, g=g),
-         _key_mask([4, 7, 2], 7)),
+         ref.key_mask([4, 7, 2], 7)),
         ("target lengths [5, 5], memory 3 positions, memory_mask=None", full, _x(2, 3, d, g=g),
          None),
     ])  # fmt: skip
@@ -638,7 +553,7 @@ def _model_params(b: Build) -> dict[str, tuple[int, ...]]:
     i = b.inputs
     out = _stack_params(i, i["src_vocab_size"], False, "encoder.")
     out |= _stack_params(i, i["tgt_vocab_size"], True, "decoder.")
-    return out | _linear_params("output_projection", i["tgt_vocab_size"], i["d_model"])
+    return out | _weight_bias("output_projection", i["tgt_vocab_size"], i["d_model"])
 
 
 def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -> torch.Tensor:
@@ -654,8 +569,6 @@ def _model(b: Build, w: Mapping, buffers: Mapping, src_ids: Any, tgt_ids: Any) -
 def _model_cases(b: Mapping) -> list[Case]:
     g, pad, sv, tv = generator(310 + b["num_layers"]), b["pad_id"], *MODEL_INIT[:2]
     src, tgt = _ids([7, 4, 2], 7, pad, b[sv], g), _ids([5, 5, 3], 5, pad, b[tv], g)
-    if b["dropout"] == 1.0:
-        return [Probe("a batch of 3", {"src_ids": src, "tgt_ids": tgt}, dropped=True, pad=pad)]
     real, tgt2 = _ids([6, 6], 6, pad, b[sv], g), _ids([5, 5], 5, pad, b[tv], g)
     longer = torch.cat([real, torch.full((2, 3), pad)], 1)
     whole = {"src_ids": real, "tgt_ids": tgt2}
@@ -683,7 +596,7 @@ transformer = _module_check(
     ),
     Property(
         "encode and decode",
-        applies=lambda c: not _dropped_case(c),
+        applies=lambda c: not c.dropped,
         **decoding.encode_then_decode("The text lists what encode and decode return."),
     ),
     exercise="Exercise 5.7",
@@ -763,9 +676,7 @@ GREEDY = (  # source words, width, max_new_tokens, (bos, eos, pad)
 def _greedy_cases() -> list[Case]:
     cases = []
     for n, (words, width, steps, special) in enumerate(GREEDY):
-        src = torch.full((len(words), width), special[2], dtype=torch.long)
-        for row, word in enumerate(words):
-            src[row, : len(word)] = torch.tensor(word)
+        src = torch.tensor([word + [special[2]] * (width - len(word)) for word in words])
         values = (_ReverseOracle(special, 400 + n), src, steps, *special)
         what = f"a batch of {len(words)} sources of width {width}, max_new_tokens {steps}"
         inputs = dict(zip(GREEDY_PARAMS, values, strict=True))

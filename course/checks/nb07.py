@@ -1,12 +1,9 @@
 """Checks for notebook 07, part-of-speech tagging: two declared contracts (:mod:`course.spec`).
 
-* ``align_labels``: the reference is the first-piece rule read from the encoding's own
-  ``word_ids()``, on batches the check encodes with the course's packaged tokenizer (loaded when
-  this module is imported, in the student's process and the grader's alike; the notebook's
-  tokenizer is never used). The cases stress the alignment: words cut into many pieces,
-  punctuation inside words, padding, truncation through a word.
-* ``word_predictions``: the reference maps token predictions back to words (the first piece's,
-  -1 for a word truncation removed); ``word_ids`` come from the tokenizer or from piece counts.
+7.1's batches are encoded by the check with the course's packaged tokenizer (loaded when this
+module is imported, in the student's process and the grader's alike; the notebook's tokenizer
+is never used), and its reference reads the first-piece rule from the encoding's own
+``word_ids()``. 7.2's ``word_ids`` come from that tokenizer or from piece counts.
 """
 
 from __future__ import annotations
@@ -59,31 +56,19 @@ ALIGN_CASES = (
 _CASE = {what: rest for what, *rest in ALIGN_CASES}
 
 
-def _expect_mapping_untouched(what: str, name: str, after: Any, before: dict) -> None:
-    """A mapping argument the code must only read (an encoding) has the same entries after the
-    calls: the property "inputs untouched", for arguments that are not plain data."""
-    expect(
-        same(after, before),
-        f"{what}: your code changed `{name}` in place (entries now "
-        f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
-        f"{sorted(before)}). The property violated: inputs untouched; the caller still needs it.",
-        "Build the result in a new list or tensor; read the arguments only.",
-    )
-
-
-def _expect_token_labels(
-    what: str, got: Any, expected: torch.Tensor, places: list[list[str]]
-) -> None:
+def _token_labels(case: Case, got: Any, expected: torch.Tensor, seen: Any) -> None:
     """Token labels (one per token, -100 where the loss must skip): the first wrong position,
-    named by what the token is (``places[row][column]``, "piece 2 of 3 of word 4", "a padding
-    token"), with the principle that position breaks."""
+    named by what the token is ("piece 2 of 3 of word 4", "a padding token"), with the principle
+    that position breaks."""
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         return  # the stated type and shape are the runner's
     wrong = (got != expected).nonzero()
     if len(wrong) == 0:
         return
     row, col = (int(v) for v in wrong[0])
-    place, mine, ref = places[row][col], int(got[row, col]), int(expected[row, col])
+    encoding, what = case.inputs["encoding"], f"align_labels on {case.what}"
+    place = _row_places(encoding.word_ids(row), encoding["attention_mask"][row].tolist())[col]
+    mine, ref = int(got[row, col]), int(expected[row, col])
     if "padding" in place or "special" in place:
         hint = "Special and padding tokens belong to no word: the loss must skip them."
         if "truncated" in what:
@@ -169,13 +154,17 @@ def _row_places(ids: list[int | None], mask: list[int] | None = None) -> list[st
     return row
 
 
-def _places(case: Case) -> list[list[str]]:
-    """What each token position of the case's encoding is, in words (for the messages)."""
-    encoding = case.inputs["encoding"]
-    return [
-        _row_places(encoding.word_ids(i), encoding["attention_mask"][i].tolist())
-        for i in range(len(case.inputs["tags"]))
-    ]
+def _encoding_untouched(case: Case, got: Any, expected: Any, after: Any) -> None:
+    """The property "inputs untouched" for the encoding, which is not plain data: the same
+    entries after the calls."""
+    before = dict(_encode(*_CASE[case.what]))
+    expect(
+        same(after, before),
+        f"align_labels on {case.what}: your code changed `encoding` in place (entries now "
+        f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
+        f"{sorted(before)}). The property violated: inputs untouched; the caller still needs it.",
+        "Build the result in a new list or tensor; read the arguments only.",
+    )
 
 
 align_labels_spec = Spec(
@@ -188,20 +177,13 @@ align_labels_spec = Spec(
     properties=(
         Property(
             "the encoding untouched",
-            judge=lambda case, got, expected, seen: _expect_mapping_untouched(
-                f"align_labels on {case.what}", "encoding", seen, dict(_encode(*_CASE[case.what]))
-            ),
-            observe=lambda student, case, call: prop.observe(
+            _encoding_untouched,
+            lambda student, case, call: prop.observe(
                 f"align_labels on {case.what}: `encoding` after the calls",
                 lambda: dict(case.inputs["encoding"]),
             ),
         ),
-        Property(
-            "one label per token: the first piece's",
-            judge=lambda case, got, expected, seen: _expect_token_labels(
-                f"align_labels on {case.what}", got, expected, _places(case)
-            ),
-        ),
+        Property("one label per token: the first piece's", _token_labels),
     ),
     hint="The encoding knows which word every token comes from (see the text of the exercise); "
     "a token is labelled only when it is the first piece of its word.",

@@ -1,23 +1,15 @@
 """Checks for notebook 08, intent classification: six declared contracts (see :mod:`course.spec`).
 
 No check holds an implementation of an answer, and every reference runs on the trusted side
-only: library functions where there is one, the exercise's definition in float64 where not.
-
-* 8.1 ``masked_mean_pool``: ``F.embedding_bag(mode="mean")`` (an empty bag gives zeros);
-* 8.2 ``apply_threshold``: the largest float64 softmax probability against the threshold, on
-  logits built backwards from chosen labels and confidences (halfway between multiples of
-  0.01, so no row sits on a threshold);
-* 8.3 ``oos_metrics``: ``sklearn.metrics`` (accuracy, recall, precision);
-* 8.4 ``choose_threshold``: the exercise's rule on synthetic validation sets whose accuracies
-  keep a margin from every budget's edge;
-* 8.6 ``fit_gaussians``: scikit-learn's linear discriminant analysis (its ``covariance_`` is the
-  shared covariance, divided by N), ``EmpiricalCovariance`` for a single class;
-* 8.7 ``mahalanobis_scores``: ``scipy.spatial.distance.cdist(metric="mahalanobis")``.
+only: a library function where there is one (torch's ``embedding_bag``, scikit-learn's metrics,
+its linear discriminant analysis, whose ``covariance_`` is the shared covariance divided by N,
+scipy's Mahalanobis ``cdist``), the exercise's definition in float64 where not (8.2, 8.4). The
+synthetic sets keep a margin from every threshold and budget edge (confidences halfway between
+multiples of 0.01), so no answer depends on rounding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,40 +27,6 @@ from course.spec import Case, Property, Spec, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
-
-
-def _choice(mistakes: dict[float, str], rule_candidates: list[float]) -> Callable[..., None]:
-    """A judge for a chosen number: a wrong answer that another rule gives is named with that
-    rule (``mistakes``: answer -> the sentence of the text it breaks), on the case built to
-    separate the rules (the one whose candidates are ``rule_candidates``) or, for 1.0 missed by
-    one step, where the default candidates are used."""
-
-    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
-        if not isinstance(got, float) or abs(got - expected) < 1e-6:
-            return
-        candidates = case.inputs.get("candidates")
-        reason = None
-        if candidates == rule_candidates or (candidates is None and expected == 1.0):
-            reason = next((text for v, text in mistakes.items() if abs(got - v) < 1e-6), None)
-        expect(
-            reason is None,
-            f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
-            "violated: the rule of the exercise).",
-            "Use only the validation logits and labels you are given; keep the largest candidate "
-            "within `max_drop` of the accuracy without threshold.",
-        )
-
-    return judge
-
-
-def _meanings(*items: tuple) -> tuple[Property, ...]:
-    """A property per item of the result, ``(name, pick, the item in words, what the text says
-    it is[, the cases it applies to])``: :func:`course.properties.meaning` on ``pick(result)``.
-    (Notebook 09's checks use it too.)"""
-    return tuple(
-        Property(name, prop.meaning(pick, label, text), applies=(*rest, lambda case: True)[0])
-        for name, pick, label, text, *rest in items
-    )
 
 
 # --- 8.1 masked mean pooling ------------------------------------------------------------------
@@ -204,11 +162,11 @@ apply_threshold = check(
         domains={"logits": Tensors(layouts=(), shifts=(-3e4, 3e4))},  # "of any size"; a constant
         properties=(
             Property("numeric range", **prop.overflow("apply_threshold", "logits")),
-            *_meanings(
+            *(Property(**m) for m in prop.meanings(
                 ("the labels", lambda r: r, "the labels", "a row gets oos_id exactly when its "
                  "largest softmax probability, over the classes, is below the threshold; a "
                  "probability equal to it is kept"),
-            ),
+            )),
         ),  # fmt: skip
         hint="The confidence of a row is its largest softmax probability over the classes; "
         "compare that probability (not a logit) with the threshold.",
@@ -310,30 +268,28 @@ def _random_validation(offset: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _validation_set(confidence, label, torch.cat([target, torch.full((n_oos,), CLASSES)]), g)
 
 
-def _rule_validation() -> tuple[torch.Tensor, torch.Tensor]:
-    """128 in-scope rows, 64 right (accuracy 0.5 without threshold), and 20 out of scope. With
-    max_drop 0.0625 (8 rows of 128) and the candidates 1.0, 0.9, ..., 0.0, the in-scope accuracy
-    at 0.5, 0.6, 0.7, 0.8 is 61, 58, 56, 54 rows: "at least acc0 - max_drop" picks 0.7, a strict
-    ">" 0.6, a relative floor 0.5, a scan that stops at the first candidate over budget none."""
-    right = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 54
-    confidence = torch.tensor(right + [0.95] * 64 + [0.35] * 20, dtype=F64)
+def _fixed_validation(right: int, confidence: list[float], seed: int) -> tuple:
+    """128 in-scope rows, the first ``right`` of them right, and 20 out of scope."""
     target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
-    label = torch.cat([target[:64], (target[64:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
-    return _validation_set(confidence, label, target, torch.Generator().manual_seed(84))
+    wrong = (target[right:128] + 1) % CLASSES
+    label = torch.cat([target[:right], wrong, torch.arange(20) % CLASSES])
+    confidences = torch.tensor(confidence, dtype=F64)
+    return _validation_set(confidences, label, target, torch.Generator().manual_seed(seed))
 
 
-def _all_in_budget_validation() -> tuple[torch.Tensor, torch.Tensor]:
-    """In-scope accuracy 2/128 without threshold: within max_drop=0.03 of it every threshold is
-    allowed, so the default candidates must reach 1.00."""
-    target = torch.cat([torch.arange(128) % CLASSES, torch.full((20,), CLASSES)])
-    label = torch.cat([target[:2], (target[2:128] + 1) % CLASSES, torch.arange(20) % CLASSES])
-    return _validation_set(torch.full((148,), 0.95, dtype=F64), label, target,
-                           torch.Generator().manual_seed(85))  # fmt: skip
+# 64 of 128 in-scope rows right (accuracy 0.5 without threshold). With max_drop 0.0625 (8 rows
+# of 128) and the candidates 1.0, 0.9, ..., 0.0, the in-scope accuracy at 0.5, 0.6, 0.7, 0.8 is
+# 61, 58, 56, 54 rows: "at least acc0 - max_drop" picks 0.7, a strict ">" 0.6, a relative floor
+# 0.5, a scan that stops at the first candidate over budget none.
+RULE_CONFIDENCES = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 118 + [0.35] * 20
 
 
 def _choose_cases() -> list[Case]:
     sets = {"set A": _random_validation(840), "set B": _random_validation(841)}
-    rule, third = _rule_validation(), _random_validation(842)
+    rule, third = _fixed_validation(64, RULE_CONFIDENCES, 84), _random_validation(842)
+    # in-scope accuracy 2/128 without threshold: within max_drop=0.03 of it every threshold is
+    # allowed, so the default candidates must reach 1.00
+    all_in_budget = _fixed_validation(2, [0.95] * 148, 85)
 
     def case(what: str, data: tuple, **options: Any) -> Case:
         inputs = {"val_logits": data[0], "val_target": data[1], "oos_id": CLASSES, **options}
@@ -347,7 +303,7 @@ def _choose_cases() -> list[Case]:
              f"{RULE_MAX_DROP} at the answer)", rule, max_drop=RULE_MAX_DROP,
              candidates=list(RULE_CANDIDATES)),
         case("a validation set where every threshold stays within max_drop (in-scope accuracy "
-             "2/128 to begin with), default max_drop and candidates", _all_in_budget_validation()),
+             "2/128 to begin with), default max_drop and candidates", all_in_budget),
     ]  # fmt: skip
     randoms = [
         case(f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
@@ -363,6 +319,24 @@ def _choose_cases() -> list[Case]:
         case("set A with max_drop=0.0 (no drop at all allowed)", sets["set A"], max_drop=0.0,
              candidates=list(GRID_005)),
     ]  # fmt: skip
+
+
+def _rule(case: Case, got: Any, expected: Any, observed: Any) -> None:
+    """A wrong answer that another rule gives is named with that rule, on the case built to
+    separate the rules (its candidates are ``RULE_CANDIDATES``) or, for 1.0 missed by one step,
+    where the default candidates are used."""
+    if not isinstance(got, float) or abs(got - expected) < 1e-6:
+        return
+    candidates, reason = case.inputs.get("candidates"), None
+    if candidates == RULE_CANDIDATES or (candidates is None and expected == 1.0):
+        reason = next((text for v, text in RULE_MISTAKES.items() if abs(got - v) < 1e-6), None)
+    expect(
+        reason is None,
+        f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
+        "violated: the rule of the exercise).",
+        "Use only the validation logits and labels you are given; keep the largest candidate "
+        "within `max_drop` of the accuracy without threshold.",
+    )
 
 
 def _accuracy_rows(
@@ -401,7 +375,7 @@ choose_threshold = check(
         device=False,  # the text returns a Python float and states no device
         reference=_chosen,
         cases=_choose_cases,
-        properties=(Property("the rule", _choice(RULE_MISTAKES, RULE_CANDIDATES)),),
+        properties=(Property("the rule", _rule),),
         hint="The rule in the exercise: the in-scope accuracy without threshold, minus max_drop, "
         "is the floor; the answer is the largest candidate whose in-scope accuracy reaches it, "
         "measured on the validation data you are given.",
@@ -439,7 +413,8 @@ def _gaussian_cases() -> list[Case]:
     cases = [Case(what, {"features": x, "labels": y}) for what, (x, y) in rows]
     x, y = _gaussian_set(864, (40, 60), 3)
     loose = {"atol": 1e-3, "rtol": 1e-3}  # an inverse in float32 loses about three digits
-    return cases + [Case("float32 vectors (2 classes, 3 dimensions)", {"features": x.float(), "labels": y}, strict=loose)]  # fmt: skip
+    inputs = {"features": x.float(), "labels": y}
+    return [*cases, Case("float32 vectors (2 classes, 3 dimensions)", inputs, strict=loose)]
 
 
 def _sklearn_gaussians(features: torch.Tensor, labels: torch.Tensor) -> tuple[OneOf, OneOf]:
@@ -466,13 +441,13 @@ fit_gaussians = check(
         reference=_sklearn_gaussians,
         cases=_gaussian_cases,
         device=False,  # tensors or NumPy arrays: the text states no device
-        properties=_meanings(
+        properties=tuple(Property(**m) for m in prop.meanings(
             ("the means", lambda r: r[0], "the intent means", "the average vector of each "
              "intent, over that intent's rows: (C, D)"),
             ("the precision", lambda r: r[1], "the precision matrix", "the inverse of ONE "
              "covariance shared by all intents, of the rows centred on their own intent's mean, "
              "averaged over all N rows: (D, D)"),
-        ),  # fmt: skip
+        )),  # fmt: skip
         hint="One covariance for all intents: every row centred on the mean of its own intent, "
         "the outer products averaged over all N rows (divided by N); precision is its inverse. "
         "Use only the vectors you are given.",
@@ -495,12 +470,13 @@ def _score_cases() -> list[Case]:
          precision),
         ("50 rows against 4 means and a precision matrix", queries, means, precision),
         ("a single class (means of shape (1, D))", queries[:7], means[2:3], precision),
-        ("a batch of one row, float32 inputs", queries[:1].float(), means.float(), precision.float()),
+        ("a batch of one row, float32 inputs", queries[:1].float(), means.float(),
+         precision.float()),
     ]  # fmt: skip
     cases = []
     for what, x, m, p in rows:
         # float32 on an expanded square cancels digits: the bound follows the size of its terms
-        terms = float(((x.double() @ p.double()) * x.double()).sum(-1).max() + (m.double() @ p.double() * m.double()).sum(-1).max())  # fmt: skip
+        terms = sum(float((v @ p.double() * v).sum(-1).max()) for v in (x.double(), m.double()))
         bound = {"rtol": 1e-3, "atol": 1e-4 * terms} if x.dtype == torch.float32 else False
         cases.append(Case(what, {"features": x, "means": m, "precision": p}, strict=bound))
     return cases
@@ -520,13 +496,13 @@ mahalanobis_scores = check(
         params=("features", "means", "precision"),
         reference=_scipy_scores,
         cases=_score_cases,
-        properties=_meanings(
+        properties=tuple(Property(**m) for m in prop.meanings(
             ("the expansion", lambda r: r, "the scores", "your score equals (h - mu)^T P (h - mu) "
              "for every row and mean; it is right when the means are zero (h^T P h) and when the "
              "rows are zero (mu^T P mu), so a likely cause is the expansion of the squared "
              "distance, whose cross term (between h and mu) is off",
              lambda case: "term" not in case.what),
-        ),  # fmt: skip
+        )),  # fmt: skip
         hint="The score of a row h is the smallest over the classes of (h - mu)^T P (h - mu), P "
         "used as given and no square root. If you expanded the square, check each of its three "
         "terms against the direct formula on a few rows.",

@@ -1,20 +1,16 @@
 """Checks for notebook 09, generating text: four declared contracts (see :mod:`course.spec`).
 
-References are independent of the course's solution and computed on the trusted side only:
-
-* 9.1 ``F.cross_entropy(..., ignore_index=pad_id)`` on the shifted targets, and its gradient;
-* 9.2 the definitions (:func:`course.properties.filtered_keep`): removed logits are ``-inf``,
-  kept ones ``logit / temperature``, the kept set the top-k set (ties included), then the
-  smallest set of most probable tokens whose mass reaches p;
-* 9.3 a small causal model of the check's own (:class:`_ToyLM`), decoded greedily row by row
-  where only one token survives the filter, and many seeded draws against its filtered
-  distribution where several do;
-* 9.4 attention written out with the check's own weights over a cache of the check's own.
+Every reference is independent of the course's solution and computed on the trusted side only:
+torch's ``cross_entropy`` (9.1), the filters' definitions in float64 (9.2, and the distribution
+9.3 draws from), a small causal model of the check's own, decoded greedily where one token
+survives the filter and drawn from many times where several do (9.3), attention written out
+with the check's own weights over a cache of its own (9.4).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -22,10 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import properties as prop
-from course.checks.nb08 import _meanings
 from course.domains import Numbers
 from course.nn import MultiHeadAttention
-from course.properties import OneOf, decoding, generator, large_scores
+from course.properties import CheckFailure, OneOf, a_type, expect, generator, large_scores
 from course.spec import KEYWORD, Case, Property, Spec, check
 
 # --- 9.1 language-model loss ------------------------------------------------------------------
@@ -84,11 +79,11 @@ lm_loss = check(
         reference=_loss,
         cases=_loss_cases,
         gradients=("logits",),
-        properties=_meanings(
+        properties=tuple(Property(**m) for m in prop.meanings(
             ("the loss", lambda r: r[0], "the loss", "the mean over every target that is not "
              "padding, in the whole batch: position t predicts token t + 1, padding ignored"),
             ("the perplexity", lambda r: r[1], "the perplexity", "perplexity = exp(loss)"),
-        ),  # fmt: skip
+        )),  # fmt: skip
         hint="The exercise text: position t predicts token t + 1, so the last position predicts "
         "nothing and the first token is never a target; a target equal to pad_id does not count, "
         "and the mean runs over the targets that do.",
@@ -106,7 +101,8 @@ def _filter_cases() -> list[Case]:
         ("(4, 10) logits", torch.randn(4, 10, generator=g), {"temperature": 0.5}),
         ("1-D logits (10,)", torch.randn(10, generator=g), {"temperature": 2.0}),
         ("(3, 10) logits", torch.randn(3, 10, generator=g), {"top_k": 3}),
-        ("logits with ties at the 2nd largest value (all tied values are kept)", ties, {"top_k": 2}),
+        ("logits with ties at the 2nd largest value (all tied values are kept)", ties,
+         {"top_k": 2}),
         ("(2, 3, 8) logits", torch.randn(2, 3, 8, generator=g), {"top_k": 1}),
         ("(2, 10) logits: top_k=15 is more than the 10 tokens", torch.randn(2, 10, generator=g),
          {"top_k": 15}),
@@ -126,14 +122,92 @@ def _filter_cases() -> list[Case]:
         ("float64 logits (2, 3, 9)", torch.randn(2, 3, 9, generator=g, dtype=torch.float64) * 2,
          {"top_k": 4, "top_p": 0.8}),
         ("a batch of one (1, 7)", torch.randn(1, 7, generator=g) * 2, {"top_p": 0.5}),
-        ("(2, 6) logits, no filter arguments (nothing changes)", torch.randn(2, 6, generator=g), {}),
+        ("(2, 6) logits, no filter arguments (nothing changes)", torch.randn(2, 6, generator=g),
+         {}),
     ]  # fmt: skip
     return [Case(what, {"logits": x, **filters}, compare=False) for what, x, filters in rows]
 
 
+def _kept(logits: torch.Tensor, filters: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
+    """The kept set of temperature -> top-k -> top-p by the definitions, in float64, and the
+    tokens whose mass before them is within rounding of p (either answer is right there)."""
+    scaled = logits.double() / filters.get("temperature", 1.0)
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+    top_k, top_p = filters.get("top_k"), filters.get("top_p")
+    if top_k is not None and top_k < scaled.size(-1):
+        keep = scaled >= scaled.topk(top_k, dim=-1).values[..., -1:]
+    undecided = torch.zeros_like(keep)
+    if top_p is not None and top_p < 1:  # p = 1 keeps everything: no rounding decides it
+        probs = torch.softmax(scaled.masked_fill(~keep, -math.inf), dim=-1)
+        before = ((probs.unsqueeze(-2) > probs.unsqueeze(-1)) * probs.unsqueeze(-2)).sum(-1)
+        keep = keep & (before < top_p)
+        undecided = (before - top_p).abs() < 1e-5
+    return keep, undecided, scaled
+
+
 def _filtered(logits: torch.Tensor, **filters: Any) -> torch.Tensor:
-    keep, _, scaled = decoding.filtered_keep(logits, filters)
+    keep, _, scaled = _kept(logits, filters)
     return scaled.to(logits.dtype).masked_fill(~keep, -math.inf)
+
+
+def _kept_set(case: Case, got: torch.Tensor, expected: Any, observed: Any) -> None:
+    """No NaN or +inf; the kept set is the definition's (ties at the k-th value kept, the token
+    that crosses p kept); every removed logit is -inf and every kept one logit / temperature."""
+    logits = case.inputs["logits"]
+    filters = {k: v for k, v in case.inputs.items() if k != "logits"}
+    what = f"filter_logits(logits{''.join(f', {k}={v}' for k, v in filters.items())})"
+    what += f" on {case.what}"
+    expect(
+        tuple(got.shape) == tuple(logits.shape),
+        f"{what} has shape {tuple(got.shape)}, expected the input's {tuple(logits.shape)}.",
+        "Return logits of the input's shape.",
+    )
+    expect(
+        not bool(torch.isnan(got).any()) and not bool(torch.isposinf(got).any()),
+        f"{what} contains NaN or +inf (the property violated: numeric range).",
+        "Probabilities from large logits need a stable softmax (torch.softmax), not exp.",
+    )
+    keep, undecided, scaled = _kept(logits, filters)
+    mine = ~torch.isneginf(got)
+    if not torch.equal(mine & ~undecided, keep & ~undecided):
+        raise CheckFailure(f"{what}: {_kept_story(mine, keep, scaled, filters)}")
+    prop.expect_result(
+        got[mine],
+        scaled[mine].to(logits.dtype),
+        f"the kept logits of {what} (the property violated: a kept logit is logit / temperature)",
+        "Divide by the temperature once, before filtering; leave kept logits otherwise as they "
+        "are (no renormalising, no softmax).",
+    )
+
+
+def _kept_story(mine: torch.Tensor, keep: torch.Tensor, scaled: torch.Tensor, filters: dict) -> str:
+    """Which part of the definition the first wrong row breaks, in words."""
+    mine, keep = mine.reshape(-1, mine.size(-1)), keep.reshape(-1, keep.size(-1))
+    row = int((mine != keep).any(-1).nonzero()[0])
+    g, logits = mine[row], scaled.reshape(-1, scaled.size(-1))[row]
+    top_k, top_p = filters.get("top_k"), filters.get("top_p")
+    story = f"row {row} keeps {int(g.sum())} tokens, the definition keeps {int(keep[row].sum())}"
+    cut = top_k is not None and top_k < logits.numel()
+    if top_p is None and not cut:
+        return f"{story}: with no top-k smaller than the vocabulary every token stays."
+    rule = "top-k keeps every logit at least as large as the k-th largest, ties with it included"
+    if top_p is not None:
+        allowed = logits >= logits.topk(top_k).values[-1] if cut else torch.ones_like(g)
+        probs = torch.softmax(logits.masked_fill(~allowed, -math.inf), dim=-1)
+        mass = float(probs[g].sum())
+        rest = mass - float(probs[g].min()) if bool(g.any()) else 0.0
+        rule = (
+            "top-p keeps the most probable tokens of the distribution left after temperature "
+            "and top-k, until their mass reaches p"
+        )
+        if mass < top_p - 1e-5:
+            story += f": the kept tokens hold probability {mass:.4f} < top_p={top_p}"
+            rule = "the kept mass reaches p; the token that crosses p is kept"
+        elif rest >= top_p + 1e-5:
+            story += f": without its least probable token the kept set still holds {rest:.4f}"
+            story += f" >= top_p={top_p}"
+            rule = "the smallest set of most probable tokens"
+    return f"{story} (the property violated: {rule})."
 
 
 filter_logits = check(
@@ -153,7 +227,7 @@ filter_logits = check(
         },
         properties=(
             Property("numeric range", **prop.overflow("filter_logits", "logits", torch.isfinite)),
-            Property("the kept set", decoding.kept_set),
+            Property("the kept set", _kept_set),
         ),
         hint="Follow the exercise text in its order: divide by the temperature; top-k keeps every "
         "logit at least as large as the k-th largest; top-p then keeps the most probable tokens "
@@ -161,6 +235,8 @@ filter_logits = check(
     )
 )
 
+
+# --- 9.3 sampling -----------------------------------------------------------------------------
 
 # --- 9.3 sampling -----------------------------------------------------------------------------
 
@@ -205,7 +281,8 @@ def _sample_cases() -> list[Case]:
     draws = [
         ("800 copies of one prompt at temperature 0.5", 800, 3, 1, {"temperature": 0.5}),
         ("800 copies of one prompt with top_p=0.7", 800, 5, 1, {"top_p": 0.7}),
-        ("400 copies of one prompt with top_k=3, 3 new tokens, eos likely", 400, 4, 3, {"top_k": 3}),
+        ("400 copies of one prompt with top_k=3, 3 new tokens, eos likely", 400, 4, 3,
+         {"top_k": 3}),
     ]  # fmt: skip
 
     def inputs(model: nn.Module, prompts: list, new: int, filters: dict, seed: int) -> dict:
@@ -243,16 +320,87 @@ def _continuations(
     return out
 
 
-def _first_token_distribution(case: Case) -> torch.Tensor:
-    model, filters = case.inputs["model"], {k: case.inputs[k] for k in FILTERS if k in case.inputs}
+def _continued(case: Case, got: list, expected: list, observed: Any) -> None:
+    """Where only one token survives the filter, each row's continuation is fixed."""
+    if expected is None:  # many draws: judged by their frequencies
+        return
+    for r, (mine, want) in enumerate(zip(got, expected, strict=True)):
+        expect(
+            mine == want,
+            f"sample on {case.what}: row {r} (prompt {case.inputs['prompts'][r]}) gave {mine}, "
+            f"expected {want}: only the most probable token survives the filter, so the result "
+            "is fixed (the property violated: each row continues its own prompt, with its own "
+            "positions and no padding seen, stops after its eos, and only new tokens are "
+            "returned).",
+            "Look at which position's logits you read for each row, whether padding reaches "
+            "the model, and whether the filter arguments reach filter_logits.",
+        )
+
+
+def _draws(case: Case, got: Any, expected: Any, again: Any) -> None:
+    """Many rows continue one prompt (``again``: with another seed). One list of ints per
+    prompt, each ending at its eos (kept) or after max_new_tokens; the first new tokens'
+    frequencies against softmax(filtered logits): never a token outside its support, every
+    frequency within 5 standard errors (plus 0.01) of its probability: a false alarm has
+    probability below 1e-6 per token (normal approximation), and a deviation of about 5 points
+    at 800 draws is caught."""
+    inputs, what = case.inputs, f"sample on {case.what}"
+    eos, limit = inputs["eos_id"], inputs["max_new_tokens"]
+    expect(
+        type(got) is list and len(got) == len(inputs["prompts"]),
+        f"{what} returned {a_type(got)}, but the exercise text says a list with one list of "
+        "new tokens per prompt (the property violated: the stated return type).",
+    )
+    for r, row in enumerate(got):
+        expect(
+            type(row) is list and all(type(t) is int for t in row),
+            f"{what}: row {r} is {a_type(row)}, not a list of ints (the property violated: "
+            "the stated return type).",
+            "Convert with .tolist() and return only the new tokens of each row.",
+        )
+        expect(
+            len(row) <= limit and eos not in row[:-1] and inputs["pad_id"] not in row,
+            f"{what}: row {r} has {len(row)} tokens and goes on after its eos or holds padding "
+            f"(the property violated: a row stops after its eos ({eos}), kept, nothing after; "
+            f"at most max_new_tokens={limit}; only new tokens).",
+            "Keep a per-row flag `finished`; a finished row gets no more tokens in the result.",
+        )
+        expect(
+            len(row) == limit or (row and row[-1] == eos),
+            f"{what}: row {r} stopped after {len(row)} new tokens without an eos (the property "
+            f"violated: a row ends at its eos or after max_new_tokens={limit}, never earlier).",
+        )
     with torch.no_grad():
-        logits = model(torch.tensor([case.inputs["prompts"][0]]))[0, -1]
-    keep, _, scaled = decoding.filtered_keep(logits, filters)
-    return torch.softmax(scaled.masked_fill(~keep, -math.inf), dim=-1)
-
-
-def _another_seed(student: Any, case: Case, call: Any) -> Any:
-    return call({**case.inputs, "generator": generator(97)})
+        logits = inputs["model"](torch.tensor([inputs["prompts"][0]]))[0, -1]
+    keep, _, scaled = _kept(logits, {k: inputs[k] for k in FILTERS if k in inputs})
+    probs = torch.softmax(scaled.masked_fill(~keep, -math.inf), dim=-1)
+    freq = torch.bincount(torch.tensor([row[0] for row in got]), minlength=probs.numel())
+    freq = freq.double() / len(got)
+    outside = (freq > 0) & (probs == 0)
+    expect(
+        not bool(outside.any()),
+        f"{what}: tokens {outside.nonzero().flatten().tolist()} were drawn, but the filter "
+        "removes them (the property violated: draws follow softmax(filtered logits)).",
+        "Pass **filter_args on to filter_logits before the softmax.",
+    )
+    sigma = (probs * (1 - probs) / len(got)).sqrt()
+    worst = int(((freq - probs).abs() - 5 * sigma).argmax())
+    expect(
+        float((freq - probs).abs()[worst]) <= 5 * float(sigma[worst]) + 0.01,
+        f"{what}: token {worst} was drawn in {float(freq[worst]):.1%} of the rows, but its "
+        f"probability is {float(probs[worst]):.1%} (the property violated: draws follow "
+        "softmax(filtered logits)).",
+        "Sample (torch.multinomial) from the softmax of the filtered logits, at the last "
+        "position of each row; do not take the argmax.",
+    )
+    # Two seeds give the same rows by chance with probability (sum of p^2)^rows: judged only
+    # where that is below 1e-9 (a distribution with one token near 1 decides nothing).
+    expect(
+        float((probs**2).sum()) ** len(got) >= 1e-9 or again != got,
+        f"{what}: generators with different seeds gave the same tokens (the property "
+        "violated: randomness only from the given generator).",
+        "Pass the `generator` argument to torch.multinomial; do not make your own.",
+    )
 
 
 sample = check(
@@ -267,18 +415,14 @@ sample = check(
         cases=_sample_cases,
         random="generator",
         properties=(
-            Property(
-                "greedy continuations",
-                decoding.continuations,
-                applies=lambda case: len(case.inputs["prompts"]) <= 10,
-            ),
+            Property("greedy continuations", _continued),
             Property(
                 "draws",
-                decoding.draws_follow(_first_token_distribution),
-                _another_seed,
+                _draws,
+                lambda student, case, call: call({**case.inputs, "generator": generator(97)}),
                 applies=lambda case: len(case.inputs["prompts"]) > 10,
             ),
-        ),  # fmt: skip
+        ),
         hint="Follow the exercise text: each step feeds every row its own tokens so far, takes "
         "the logits at that row's last real position, filters them with **filter_args, draws "
         "with torch.multinomial(..., generator=generator), and stops a row after its eos.",
@@ -341,12 +485,12 @@ attend_with_cache = check(
         forms=("positional", "defaults"),
         reference=_cached_attention,
         cases=_cache_cases,
-        properties=_meanings(
+        properties=tuple(Property(**m) for m in prop.meanings(
             ("the cache", lambda r: r[1], "the new cache (keys, values)", "the cache grows by "
              "the new tokens: the past ones unchanged, then this step's, along the length axis"),
             ("the output", lambda r: r[0], "the output", "equal to attention over the whole "
              "sequence so far under a causal mask, recomputed"),
-        ),  # fmt: skip
+        )),  # fmt: skip
         hint="Follow the exercise text: project x with w_q, w_k, w_v, split into heads, append "
         "this step's keys and values to the cache along the length axis, and let new token i "
         "attend to every cached key and to new keys 0..i.",

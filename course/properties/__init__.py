@@ -1,24 +1,10 @@
 """The checking library, by concept: each property written once, with its message.
 
-This module is the core, the properties the runner (:mod:`course.spec`) applies to every
-exercise; each observes the student's code through :func:`course.observe.observe` (so the verdict
-can be replayed where the student's code never runs) and fails with a message that names the
-property violated:
-
-* **inputs untouched**  :func:`call` compares every argument before and after the call;
-* **global state unchanged**  every observation (see :func:`course.observe.observe`);
-* **the stated result**  :func:`expect_result`: type, dtype, shape, values;
-* **device**  :func:`on_device` runs the code on a second device (:mod:`course.virtual`);
-* **training and eval mode**  :func:`modes`, :func:`expect_modes_reach`;
-* **gradients**  :func:`gradients` backpropagates a fixed random weighting of the output;
-* **results that depend only on the inputs**  :func:`expect_same_again`;
-* **the interface**  :func:`stated_attributes`, :func:`refusal` (the error the text states).
-
-The concepts that several exercises share have a module each: :mod:`.attention` (attention and
-masks), :mod:`.statistics` (randomness and dropout), :mod:`.decoding`. A property used by one
-check lives beside its spec in ``course/checks/`` (notebook 04's positions, every one). Inputs
-come from :func:`generator` (re-exported from :mod:`course.observe`); reference modules that
-need torch's global generator are built under :func:`seeded`.
+This module is the core: the properties the runner (:mod:`course.spec`) applies to every
+exercise, each observed through :func:`course.observe.observe` (so the verdict can be replayed
+where the student's code never runs) and failing with a message that names the property
+violated. Concepts that several exercises share have a module each (:mod:`.attention`,
+:mod:`.statistics`, :mod:`.decoding`); a property used by one check lives beside its spec.
 """
 
 from __future__ import annotations
@@ -96,12 +82,9 @@ def call(
     free: Sequence[str] = (),
     **kwargs: Any,
 ) -> Any:
-    """``function(*args, **kwargs)`` observed: its result as plain data.
-
-    Fails when the call changed one of its arguments (a tensor, list or dict) in place: the
-    property "inputs untouched". ``names`` names the positional arguments in messages; the
-    arguments named in ``free`` may change (the exercise text allows it).
-    """
+    """``function(*args, **kwargs)`` observed: its result as plain data. Fails when the call
+    changed an argument in place ("inputs untouched"), but those in ``free`` (the text allows
+    it); ``names`` names the positional arguments in messages."""
     given = dict(enumerate(args)) | kwargs  # by position, then by name
     named = dict(enumerate(names[: len(args)])) | {k: k for k in kwargs}
     before = {k: None if named.get(k) in free else _snapshot(v) for k, v in given.items()}
@@ -129,11 +112,8 @@ def call(
 
 
 def construct(what: str, cls: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    """Build the student's module ``cls(*args, **kwargs)``; return it and its state dict.
-
-    In the trusted replay the module itself is an :class:`Absent` placeholder (it only ever
-    appears inside later observed calls) and the state dict is the recorded one.
-    """
+    """The student's module ``cls(*args, **kwargs)`` and its state dict; in the replay the module
+    is an :class:`Absent` placeholder (only later observed calls use it)."""
     built: list[Any] = []
 
     def build() -> dict[str, Any]:
@@ -156,12 +136,9 @@ def gradients(
     parameters: dict[str, torch.Tensor] | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Output and gradients of ``(forward(*inputs) * w).sum()`` for a fixed random ``w``.
-
-    Floating inputs get ``requires_grad``; returns ``{"output", "inputs": [grad or None],
-    "parameters": {name: grad or None}}``. Call it inside ``observe`` for the student's module
-    and directly for the reference, with the same ``seed``.
-    """
+    """Output and gradients (``{"output", "inputs": [grad], "parameters": {name: grad}}``, None
+    where none reaches) of ``(forward(*inputs) * w).sum()`` for a random ``w`` fixed by ``seed``:
+    observed for the student's code, called directly for the reference."""
     leaves = [
         x.detach().clone().requires_grad_(x.is_floating_point())
         if isinstance(x, torch.Tensor)
@@ -193,10 +170,9 @@ def observe_gradients(
     inputs: Sequence[torch.Tensor],
     parameters: Callable[[], dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, Any]:
-    """:func:`gradients` of the student's ``forward``, observed. An output cut from the graph
-    (``.detach()``, ``torch.no_grad()``) gives ``None`` gradients instead of an error, so the
-    check can say which input or parameter gets no gradient. ``parameters`` is called inside the
-    observation (it reads the student's module)."""
+    """:func:`gradients` of the student's ``forward``, observed (``parameters()`` read inside). An
+    output cut from the graph gives ``None`` gradients, not an error, so the message can say
+    which input or parameter gets none."""
 
     def run() -> dict[str, Any]:
         params = parameters() if parameters is not None else None
@@ -234,8 +210,7 @@ def a_type(value: Any) -> str:
 
 
 def shown(value: Any, width: int = 70) -> str:
-    """``value`` in a message: tensors by shape and dtype, the rest as written, cut to
-    ``width`` characters."""
+    """``value`` in a message: tensors by shape and dtype, the rest as written, cut to ``width``."""
     if isinstance(value, torch.Tensor):
         dtype = "" if value.dtype in (torch.float32, torch.int64) else f" {value.dtype}"
         return f"<tensor {tuple(value.shape)}{dtype}>"
@@ -376,9 +351,8 @@ def on_device(
     kwargs: dict | None = None,
     modules: tuple = (),
 ) -> dict[str, Any]:
-    """The device property, observed: ``function`` run with its tensors and ``modules`` on a
-    second device that computes real values (:mod:`course.virtual`). Returns where each result
-    tensor lives and what the code raised there, if anything."""
+    """The device property, observed: ``function`` run on :mod:`course.virtual`'s second device
+    (its tensors and ``modules`` moved there): where each result lives, what it raised there."""
 
     def run() -> dict[str, Any]:
         try:
@@ -392,31 +366,27 @@ def on_device(
     return observe(what, run, random=True)
 
 
-DEVICE_HINT = (
-    "Every tensor your code creates must live on the device of its inputs: `device=x.device`, "
-    "`torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as buffers so `.to(device)` "
-    "moves them; never go through NumPy or `.cpu()` on the way to the output."
-)
-
-
-def expect_device(what: str, observed: dict[str, Any], hint: str | None = None) -> None:
+def expect_device(what: str, observed: dict[str, Any]) -> None:
     """Fail unless the run on the second device raised nothing and left every result there."""
-    error = observed.get("error")
-    expect(
-        error is None,
-        f"{what}: on another device (a GPU, or here a test device) your code failed with "
-        f"{error} (the property violated: device, the result must live on the inputs' device; "
-        "the same inputs on the CPU worked).",
-        hint or DEVICE_HINT,
-    )
-    devices = observed.get("devices") or []
-    expect(
-        all(d == "virtual" for d in devices),
-        f"{what}: given inputs on another device, your code returned a tensor on the CPU (the "
-        "property violated: device, the result must live on the inputs' device). On a GPU the "
-        "next operation would fail.",
-        hint or DEVICE_HINT,
-    )
+    error, devices = observed.get("error"), observed.get("devices") or []
+    failed = f"on another device (a GPU, or here a test device) your code failed with {error}"
+    for right, symptom in (
+        (error is None, f"{failed}; the same inputs on the CPU worked"),
+        (
+            all(d == "virtual" for d in devices),
+            "given inputs on another device, your code returned a tensor on the CPU, where on a "
+            "GPU the next operation would fail",
+        ),
+    ):
+        expect(
+            right,
+            f"{what}: {symptom} (the property violated: device, the result must live on the "
+            "inputs' device).",
+            "Every tensor your code creates must live on the device of its inputs: "
+            "`device=x.device`, `torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as "
+            "buffers so `.to(device)` moves them; never go through NumPy or `.cpu()` on the way "
+            "to the output.",
+        )
 
 
 def expect_gradients(
@@ -424,7 +394,6 @@ def expect_gradients(
     got: dict[str, Any],
     expected: dict[str, Any],
     names: Sequence[str],
-    hint: str | None = None,
 ) -> None:
     """Every named gradient (``inputs`` by position, then ``parameters`` by name) reaches and
     equals the reference's: the property "gradients"."""
@@ -437,19 +406,17 @@ def expect_gradients(
             isinstance(mine, torch.Tensor),
             f"{what}: no gradient reaches `{name}` (the property violated: gradients, the result "
             "must stay differentiable); training could not learn what produces it.",
-            hint
-            or "Compute with differentiable torch operations; no .detach(), .item(), NumPy "
-            "or torch.no_grad() on the way to the output.",
+            "Compute with differentiable torch operations; no .detach(), .item(), NumPy or "
+            "torch.no_grad() on the way to the output.",
         )
-        expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})", hint)
+        expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})")
 
 
 def expect_parameters(
     what: str, got: dict[str, Any], declared: dict[str, tuple[int, ...]], hint: str | None = None
 ) -> None:
-    """The trainable parameters are exactly those the exercise text names, with their shapes:
-    none missing, none extra (an extra one would be trained although the text has no such
-    weight)."""
+    """The trainable parameters are exactly those the exercise text names, with their shapes
+    (an extra one would be trained although the text has no such weight)."""
     names = set(got)
     missing = sorted(set(declared) - names)
     extra = sorted(names - set(declared))
@@ -532,31 +499,35 @@ def expect_same_again(
     raise depends_on_earlier_calls(what, f"{against}: {detail}")
 
 
-def meaning(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., None]:
-    """A judge for :class:`course.spec.Property`: ``pick(result)`` (one item of the result)
-    equals the reference's, and a mismatch says what that item means in the exercise text."""
+def meanings(*items: tuple) -> list[dict[str, Any]]:
+    """What each item of a result means: a :class:`course.spec.Property`'s fields per item ``(name,
+    pick, the item in words, what the text says it is[, the cases it applies to])``, which judge
+    ``pick(result)`` against the reference's and name what the item means in the text."""
 
-    def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
-        try:
-            what = f"{label} on {case.what}"
-            expect_result(pick(got), pick(expected), what, case.hint, case.strict)
-        except CheckFailure as failure:
-            if "(the property violated:" in failure.message:  # it names its own (numeric range)
-                raise
-            raise CheckFailure(
-                f"{failure.message} (the property violated: {text})", failure.hint
-            ) from None
+    def judge_of(pick: Callable[[Any], Any], label: str, text: str) -> Callable[..., None]:
+        def judge(case: Any, got: Any, expected: Any, observed: Any) -> None:
+            try:
+                what = f"{label} on {case.what}"
+                expect_result(pick(got), pick(expected), what, case.hint, case.strict)
+            except CheckFailure as failure:
+                if "(the property violated:" in failure.message:  # it names its own
+                    raise
+                raise CheckFailure(
+                    f"{failure.message} (the property violated: {text})", failure.hint
+                ) from None
 
-    return judge
+        return judge
+
+    return [
+        {"name": name, "judge": judge_of(pick, label, text), "applies": (*rest, lambda c: True)[0]}
+        for name, pick, label, text, *rest in items
+    ]
 
 
-def overflow(
-    name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r, hint: str | None = None
-) -> dict[str, Any]:
-    """Numeric range, named where it is the mistake: a softmax does not change when each row of
-    ``arg`` is shifted by its maximum, so a result (``kept(result)``: what the softmax decides)
-    that is wrong on the case but right on the shifted input overflows. For cases with values
-    beyond 80, where exp overflows float32."""
+def overflow(name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r) -> dict[str, Any]:
+    """Numeric range, named where it is the mistake: shifting each row of ``arg`` by its maximum
+    changes no softmax, so a result (``kept(result)``) wrong on a case with values beyond 80 but
+    right on the shifted input overflows."""
 
     def watch(student: Any, case: Any, call_: Callable) -> Any:
         x = case.inputs[arg]
@@ -571,8 +542,8 @@ def overflow(
                 f"{name} on {case.what} is wrong, yet right once each row's maximum is subtracted "
                 f"from `{arg}`, which changes no softmax: exp of values in the hundreds overflows "
                 "(inf / inf is NaN) (the property violated: numeric range).",
-                hint or "Compute probabilities stably: subtract each row's maximum before exp, "
-                "or use torch.softmax, which does.",
+                "Compute probabilities stably: subtract each row's maximum before exp, or use "
+                "torch.softmax, which does.",
             )
 
     return {"observe": watch, "judge": judge, "applies": lambda c: c.inputs[arg].abs().max() > 80}
@@ -630,9 +601,8 @@ def refusal(
 
 
 def fresh(read: Callable[[Any], Any], label: str) -> Callable[[Any, Any, Callable], Any]:
-    """Observe ``read(module)`` of a module of the student's class freshly built with
-    ``case.build`` (positional constructor arguments, as the course builds it): what
-    ``__init__`` leaves, before the check loads its own weights."""
+    """Observe ``read(module)`` of a module of the student's class built afresh from
+    ``case.build`` (positionally): what ``__init__`` leaves, before the check's own weights."""
 
     def run(student: Any, case: Any, call: Callable) -> Any:
         args = tuple(case.build.values())
@@ -698,9 +668,8 @@ def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Cal
 def not_a_known_mistake(
     mistakes: Callable[[Any, dict], dict[str, torch.Tensor]], violated: str, hint: str | None
 ) -> dict:
-    """The result is not one of the known wrong formulas ``mistakes(case, state)`` (``{what
-    the mistake is: its value}``, computed with the module's state dict), which the message
-    then names."""
+    """The result is none of the known wrong formulas ``mistakes(case, state)`` (``{the mistake
+    in words: its value}`` with the module's state dict), which the message names."""
 
     def watch(module: Any, case: Any, call_: Callable) -> Any:
         return observe(f"{case.what}: the state dict", lambda: dict(module.state_dict()))

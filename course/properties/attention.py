@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from course.properties import CheckFailure, expect, tolerance
+from course.properties import CheckFailure, tolerance
 
 
 def blocked_get_zero(name: str, lost: str = "", heads: bool = False) -> dict[str, Callable]:
@@ -76,13 +76,17 @@ def prefix_unchanged(owner: str, violated: str, hint: str | None = None) -> dict
             return  # the stated type is judged with the result
         n = alone.shape[1]
         mine = got[:, :n]
-        close = mine.shape == alone.shape and torch.allclose(mine, alone, **tolerance(got.dtype))
-        error = (mine - alone).abs().max().item() if mine.shape == alone.shape else float("nan")
-        expect(
-            close,
+        if mine.shape == alone.shape and torch.allclose(mine, alone, **tolerance(got.dtype)):
+            return
+        where = f"shape {tuple(mine.shape)}, without them {tuple(alone.shape)}"
+        if mine.shape == alone.shape:
+            gap = (mine - alone).abs()
+            at = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+            where = f"index {at}: yours {mine[at].item():.6g}, without them {alone[at].item():.6g}"
+        raise CheckFailure(
             f"{owner} on {case.what}: {case.added} changed the outputs at "
-            f"{'position 0' if n == 1 else f'positions 0-{n - 1}'} (by up to {error:.2g}) (the "
-            f"property violated: {violated}).",
+            f"{'position 0' if n == 1 else f'positions 0-{n - 1}'} (at {where}) (the property "
+            f"violated: {violated}).",
             hint,
         )
 

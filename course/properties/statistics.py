@@ -33,10 +33,9 @@ def proportion_z(count: int, trials: int, probability: float) -> float:
 
 
 def dispersion_p(hits: torch.Tensor, trials: torch.Tensor) -> tuple[float, str]:
-    """Independent draws, grouped (by row, by position): is the spread of the group counts the
-    binomial one? ``hits``/``trials`` are the counts per group, the success probability the
-    pooled one. Returns the two-sided p-value (the dispersion statistic against a scaled
-    chi-square with the binomial's exact mean and variance) and "less" or "more" spread."""
+    """Is the spread of grouped counts (``hits`` of ``trials`` per row, per position) the
+    binomial one at the pooled rate? The two-sided p-value of the dispersion statistic against a
+    scaled chi-square with the binomial's exact mean and variance, and "less" or "more"."""
     keep = trials > 0
     k, n = hits[keep].double(), trials[keep].double()
     pi = float(k.sum() / n.sum())
@@ -69,10 +68,9 @@ SHARED = (
 
 
 def independent(dropped: torch.Tensor, axes: int) -> bool:
-    """False when all slices over the first ``axes`` axes dropped the same entries. For entries
-    dropped independently with probability p, n entries per slice and k slices, that happens
-    with probability (p^2 + (1-p)^2)^(n (k-1)): below 1e-7 for the checks' cases (p = 0.3, n >=
-    12, k >= 2 with n (k - 1) >= 30)."""
+    """False when all slices over the first ``axes`` axes dropped the same entries: by chance
+    with probability (p^2 + (1-p)^2)^(n (k-1)) for n entries in each of k slices, below 1e-7 for
+    the checks' cases (p = 0.3, n >= 12, k >= 2 with n (k - 1) >= 30)."""
     slices = dropped.flatten(0, axes - 1)
     return not bool((slices == slices[:1]).all()) or slices.shape[0] < 2
 
@@ -99,8 +97,7 @@ def dropped_in_training(
     hint: str | None,
 ) -> dict:
     """With ``dropout=1.0`` in ``train()`` mode every dropout the text places drops everything,
-    so the output is ``expected_of(case, state)`` (``state``: the module's state dict, the
-    check's weights): ``stated`` says what that is in words."""
+    so the output is ``expected_of(case, state dict)``, ``stated`` in words."""
 
     def watch(module: Any, case: Any, call_: Callable) -> Any:
         observe(f"{case.what}: .train()", lambda: module.train() and None)
