@@ -228,9 +228,8 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
     added = (KEYWORD, DEFAULTS) if spec.by_name else ()  # DEFAULTS names the rest
     drawn = (*spec.forms, *(f for f in added if f not in spec.forms))
     forms = [spec.forms if i < len(written) else drawn for i in range(len(cases))]
-    earlier = _first_pass(spec.name, student, spec, cases, forms) if spec.random == NONE else {}
-    call = functools.partial(_call_forms, spec, student, spec.name)
-    called = _called_again(cases, earlier, call, forms)
+    named = (spec.name, student)
+    called = _call_all(spec, named, cases, forms, named if spec.random == NONE else None)
     for case, results in zip(cases, called, strict=True):
         if isinstance(results, prop.CheckFailure):
             raise results
@@ -300,45 +299,36 @@ def _on_device(
             prop.expect_device(what, observed)
 
 
-def _first_pass(
-    name: str,
-    student: Any,
+def _call_all(
     spec: Spec | ModuleSpec,
+    student: tuple[str, Any],
     cases: Sequence[Case],
     forms: Sequence[Sequence[str]],
-) -> dict:
-    """Every case called once, in reverse order, before the check's own calls (for a module, on a
-    second one built alike): a result that then changed depends on earlier calls (a cache, a
-    counter, state on a module), a failure that says so, in the notebook and the replay alike."""
-    out = {}  # by the case's place in the table (two cases may share their words)
-    for i, (case, declared) in reversed(list(enumerate(zip(cases, forms, strict=True)))):
-        first = replace(case, what=f"{case.what}, the first time")
-        try:
-            out[i] = _call_forms(spec, student, name, first, declared[:1])[0][1]
-        except prop.CheckFailure:  # an error or a side effect: the check's own calls, in the
-            continue  # table's order, report it as the smallest failing input
-    return out
-
-
-def _called_again(
-    cases: Sequence[Case],
-    earlier: Mapping[int, Any],
-    call: Callable[[Case, Sequence[str]], list[tuple[str, Any]]],
-    forms: Sequence[Sequence[str]],
+    first: tuple[str, Any] | None,
     against: str = "the second call, after other inputs, against the first",
 ) -> list:
-    """``call(case, forms)`` for every case first, so that a result that depends on earlier
-    calls is named as such before any value is judged; a failure keeps its place in the table."""
+    """Every case in its forms (``student``: its name and the code), a failure kept in its place
+    in the table, raised when its case is judged. Before, ``first`` (the same, or a module built
+    alike) is given every case once in reverse order: a result that then changed depends on
+    earlier calls (a cache, a counter, state on a module), a failure that says so before any
+    value is judged, in the notebook and the replay alike."""
+    earlier = {}  # by the case's place in the table (two cases may share their words)
+    for i in reversed(range(len(cases))) if first else ():
+        again = replace(cases[i], what=f"{cases[i].what}, the first time")
+        try:
+            earlier[i] = _call_forms(spec, first[1], first[0], again, forms[i][:1])[0][1]
+        except prop.CheckFailure:  # reported by the calls below, as the smallest failing input
+            continue
     called: list[list[tuple[str, Any]] | prop.CheckFailure] = []
     for case, declared in zip(cases, forms, strict=True):
         try:
-            called.append(call(case, declared))
-        except prop.CheckFailure as failure:  # keeps its place in the table
+            called.append(_call_forms(spec, student[1], student[0], case, declared))
+        except prop.CheckFailure as failure:
             called.append(failure)
     for i, results in enumerate(called):
         if i in earlier and isinstance(results, list) and judging():
             prop.expect_same_again(results[0][0], results[0][1], earlier[i], against)
-    return called  # a failure is raised when its case's turn comes
+    return called
 
 
 def _fresh(value: Any) -> Any:
@@ -495,7 +485,7 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
                 lambda m=module, w=weights: _load(m, w) and None,
             )
             twin = None
-            if b == f == 0:  # a second module, for the cases in reverse order (_first_pass)
+            if b == f == 0:  # a second module, for the cases in reverse order (_call_all)
                 twin = _construct(f"{made}, a second one", student_class, args, kwargs)
                 observe(f"{made}, a second one: the check's weights, eval()",
                         lambda m=twin, w=weights: _load(m, w) and m.eval() and None)  # fmt: skip
@@ -534,11 +524,9 @@ def _module_cases(
 
     observe(f"{made}.eval()", lambda: module.eval() and None)
     forms = [spec.forms] * len(cases)
-    second = f"{made} (a second one)"
-    earlier = {} if twin is None else _first_pass(second, twin, spec, cases, forms)
     against = "this module against a second one built alike, given the cases in reverse order"
-    call = functools.partial(_call_forms, spec, module, made)
-    called = _called_again(cases, earlier, call, forms, against)
+    second = None if twin is None else (f"{made} (a second one)", twin)
+    called = _call_all(spec, (made, module), cases, forms, second, against)
     for case, results in zip(cases, called, strict=True):
         if isinstance(results, prop.CheckFailure):
             raise results

@@ -43,18 +43,13 @@ def _walk(value: Any) -> Iterator[torch.Tensor]:
             yield from _walk(item)
 
 
-def _is_virtual(device: Any) -> bool:
-    try:
-        return device is not None and torch.device(device) == VIRTUAL
-    except (RuntimeError, TypeError):
-        return False
-
-
 def _swap_device(value: Any) -> tuple[Any, bool]:
     """``value`` with the virtual device replaced by the CPU; whether it named the virtual one."""
-    if isinstance(value, str | torch.device) and _is_virtual(value):
-        return torch.device("cpu"), True
-    return value, False
+    try:
+        virtual = isinstance(value, str | torch.device) and torch.device(value) == VIRTUAL
+    except (RuntimeError, TypeError):  # a string that names no device
+        virtual = False
+    return (torch.device("cpu"), True) if virtual else (value, False)
 
 
 class VirtualDevice(TorchFunctionMode):
@@ -74,10 +69,6 @@ class VirtualDevice(TorchFunctionMode):
 
     def on_device(self, tensor: torch.Tensor) -> bool:
         return tensor in self._tagged
-
-    def devices(self, value: Any) -> list[str]:
-        """Where each tensor in ``value`` lives: ``"virtual"`` or ``"cpu"``."""
-        return ["virtual" if self.on_device(t) else "cpu" for t in _walk(value)]
 
     # --- dispatch -------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
@@ -169,7 +160,7 @@ def run_on_virtual(
             if isinstance(value, nn.Module):
                 mode.tag(value)
         result = function(*args, **kwargs)
-        where = mode.devices(result)
+        where = ["virtual" if mode.on_device(t) else "cpu" for t in _walk(result)]
     return result, where
 
 

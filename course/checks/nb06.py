@@ -327,8 +327,9 @@ def _watch(inputs: dict, k: int, code: Callable, *args: Any, **kwargs: Any) -> d
     returned, every sub-module's training flag and the grad mode at each forward pass of the
     model, and what it left: the flags, the parameters, the scheduler's step count."""
     model, forwards = inputs["model"], []
-    record = lambda module, _: forwards.append((modes(module), torch.is_grad_enabled()))  # noqa
-    handle = model.register_forward_pre_hook(record)
+    handle = model.register_forward_pre_hook(
+        lambda module, _: forwards.append((modes(module), torch.is_grad_enabled()))
+    )
     try:
         with seeded(DROPOUT_SEED + k):
             result = code(*args, **kwargs)
