@@ -5,6 +5,7 @@ sinusoidal table (Vaswani et al., 2017, section 3.5: 4.1, and 5.4's embeddings) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,10 +23,22 @@ def sinusoid_table(length: int, d_model: int, dtype: torch.dtype = torch.float64
     return table.to(dtype)
 
 
-def attention(query: Any, key: Any, value: Any, mask: Any = None) -> tuple[Any, Any]:
-    """(output, weights) from torch's attention, computed in float64 and returned in the inputs'
-    dtype; weights via identity values (softmax(...) @ I); a query whose keys are all masked
-    gets zeros (recent torch does so itself, older versions give NaN)."""
+def attention(
+    query: Any, key: Any, value: Any, mask: Any = None, exact: bool = True
+) -> tuple[Any, Any]:
+    """(output, weights) returned in the inputs' dtype; a query whose keys are all masked gets
+    zeros (recent torch does so itself, older versions give NaN). ``exact``: torch's attention
+    in float64 (weights via identity values, softmax(...) @ I); else the text's formula in the
+    inputs' own dtype, whose rounding at scores beyond 1e4 is what a float32 answer's is (3.2's
+    query scaled by 1e4: a float64 reference there rejects right float32 answers)."""
+    if not exact:
+        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            scores = (
+                scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+            )
+        weights = scores.softmax(-1).nan_to_num(0.0)
+        return weights @ value, weights
     q, k, v = query.double(), key.double(), value.double()
     mask = mask if mask is None or mask.dtype == torch.bool else mask.double()
     output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -34,7 +47,9 @@ def attention(query: Any, key: Any, value: Any, mask: Any = None) -> tuple[Any, 
     return output.nan_to_num(0.0).to(value.dtype), weights.nan_to_num(0.0).to(query.dtype)
 
 
-def multi_head(w: Mapping, p: str, query: Any, key: Any, value: Any, mask: Any, heads: int) -> Any:
+def multi_head(
+    w: Mapping, p: str, query: Any, key: Any, value: Any, mask: Any, heads: int, exact: bool = True
+) -> Any:
     """(output, per-head weights) of multi-head attention (section 3.2.2) with the weights ``w``
     named ``{p}w_q.weight`` ... (a bias may be absent): head h holds features h*d_k ...
     (h+1)*d_k - 1, and one mask (B, 1 or L_q, L_k) serves every head."""
@@ -48,7 +63,8 @@ def multi_head(w: Mapping, p: str, query: Any, key: Any, value: Any, mask: Any, 
         project(n, t).unflatten(-1, (heads, -1)).transpose(1, 2)
         for n, t in (("w_q", query), ("w_k", key), ("w_v", value))
     )
-    out, weights = attention(q, k, v, mask.unsqueeze(1) if getattr(mask, "ndim", 0) == 3 else mask)
+    mask = mask.unsqueeze(1) if getattr(mask, "ndim", 0) == 3 else mask
+    out, weights = attention(q, k, v, mask, exact)
     return project("w_o", out.transpose(1, 2).flatten(2)), weights
 
 
