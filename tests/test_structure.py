@@ -10,10 +10,6 @@ from pathlib import Path
 
 COURSE = Path(__file__).resolve().parents[1] / "course"
 CHECKS_BUDGET = 5_000
-# Checks written as a function over several steps, not one spec (each a training step with a
-# fresh model, optimiser and loader, observed through hooks): notebook 06's 6.2 and 6.3.
-# Notebook 10's 10.2 (a model changed in place, judged by its modules and trainable parameters)
-# and 10.3 (two functions, merge and unmerge, applied in turn to one layer).
 # Issue 39 counts all checking code together: every module of course/ but these, each with why it
 # is not checking code. A new module counts unless it is added here with a reason.
 NOT_CHECKING = {
@@ -33,6 +29,9 @@ NOT_CHECKING = {
     "contract": "names shared by the checks, the generator and the grader",
     "measure": "times and memory of a notebook's cells",
 }
+# Checks written as a function, not one spec: notebook 10's 10.2 (a model changed in place, judged
+# by its modules and trainable parameters) and 10.3 (two functions, merge and unmerge, applied in
+# turn to one layer). 6.2 and 6.3 are specs: a case of several calls (Spec.calls, Spec.watch).
 NOT_SPECS = {("nb10", "add_lora"), ("nb10", "merge")}
 
 
