@@ -36,6 +36,10 @@ class CheckResult:
     message: str = ""
     hint: str | None = None
     flags: tuple[str, ...] = ()  # for the instructor: the hand-in changed the check (scores 0)
+    # As data for grading records (course.failure.CheckFailure): the property the failure names
+    # and the known mistake the result is, by the name its spec gives it; None where none.
+    prop: str | None = None
+    mistake: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -79,7 +83,15 @@ def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> Che
     except NotImplementedError:
         return CheckResult(exercise, title, NOT_IMPLEMENTED)
     except CheckFailure as failure:
-        return CheckResult(exercise, title, FAILED, failure.message, failure.hint or hint)
+        return CheckResult(
+            exercise,
+            title,
+            FAILED,
+            failure.message,
+            failure.hint or hint,
+            prop=failure.prop,
+            mistake=failure.mistake,
+        )
     except obs.StudentError as error:
         return CheckResult(exercise, title, FAILED, error.message, hint)
     except (obs.ReplayMismatch, obs.TouchedOutsideObserve, obs.NotPlainData) as error:
