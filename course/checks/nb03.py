@@ -146,7 +146,9 @@ def _mha(
     :data:`MHA_MISTAKES` (the scores scaled by sqrt(d_model): w_q scaled by 1/sqrt(heads))."""
     heads = b.inputs["num_heads"]
     w = {n: t * heads**-0.5 if n[:3] == "w_q" and wrong == "d_model" else t for n, t in w.items()}
-    mask, value = (None if wrong == "mask" else mask), (key if wrong == "key" else value)
+    if mask is not None and wrong in ("mask", "inverted"):
+        mask = None if wrong == "mask" else ~mask
+    value = key if wrong == "key" else value
     out, weights = ref.multi_head(w, "", query, key, value, mask, heads, exact=False)
     return out, weights.mean(1) if wrong == "averaged" else weights
 
@@ -158,6 +160,7 @@ MHA_MISTAKES = tuple(  # (name, the text's words it breaks, _mha's wrong)
         ("the weights averaged over the heads", "the per-head weights `(batch, heads, Lq, Lk)`",
          "averaged"),
         ("the mask ignored", "a blocked key gets weight exactly 0 in every head", "mask"),
+        ("the mask inverted (True taken as blocked)", "boolean, True = \"may attend\"", "inverted"),
         ("the key used as the value", "keys and values on the other", "key"),
     )
 )  # fmt: skip
