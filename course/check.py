@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from course import observe as obs
 from course import sealed
 from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
@@ -36,6 +34,10 @@ class CheckResult:
     message: str = ""
     hint: str | None = None
     flags: tuple[str, ...] = ()  # for the instructor: the hand-in changed the check (scores 0)
+    # As data for grading records (course.failure.CheckFailure): the property the failure names
+    # and the known mistake the result is, by the name its spec gives it; None where none.
+    prop: str | None = None
+    mistake: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -79,7 +81,15 @@ def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> Che
     except NotImplementedError:
         return CheckResult(exercise, title, NOT_IMPLEMENTED)
     except CheckFailure as failure:
-        return CheckResult(exercise, title, FAILED, failure.message, failure.hint or hint)
+        return CheckResult(
+            exercise,
+            title,
+            FAILED,
+            failure.message,
+            failure.hint or hint,
+            prop=failure.prop,
+            mistake=failure.mistake,
+        )
     except obs.StudentError as error:
         return CheckResult(exercise, title, FAILED, error.message, hint)
     except (obs.ReplayMismatch, obs.TouchedOutsideObserve, obs.NotPlainData) as error:
@@ -187,104 +197,3 @@ def expect(condition: bool, message: str, hint: str | None = None) -> None:
     """Fail the check with ``message`` unless ``condition`` holds."""
     if not condition:
         raise CheckFailure(message, hint)
-
-
-def expect_shape(value: Any, shape: Sequence[int], what: str, hint: str | None = None) -> None:
-    """Fail unless ``value`` is a tensor of exactly ``shape``."""
-    expect(
-        isinstance(value, torch.Tensor),
-        f"{what} should be a torch.Tensor, got {type(value).__name__}.",
-        hint,
-    )
-    expect(
-        tuple(value.shape) == tuple(shape),
-        f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}.",
-        hint,
-    )
-
-
-def expect_close(
-    actual: Any,
-    expected: torch.Tensor,
-    what: str,
-    hint: str | None = None,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-) -> None:
-    """Fail unless ``actual`` matches ``expected`` in shape, dtype and values (at this bound)."""
-    expect_shape(actual, expected.shape, what, hint)
-    expect_tensor(actual.detach().cpu(), expected, what, hint, {"atol": atol, "rtol": rtol})
-
-
-def tolerance(dtype: torch.dtype, strict: bool | dict = False) -> dict[str, float]:
-    """What a dtype allows. float64 is held to float64 precision only when the exercise text asks
-    for it (``strict``); otherwise a right answer computed in float32 inside passes too. A dict
-    is a case's own bound (an expanded square cancels digits: its bound follows its terms)."""
-    if isinstance(strict, dict):
-        return strict
-    if dtype == torch.float64 and strict:
-        return {"atol": 1e-10, "rtol": 1e-8}
-    if dtype in (torch.float16, torch.bfloat16):
-        return {"atol": 1e-2, "rtol": 1e-2}
-    return {"atol": 1e-5, "rtol": 1e-4}
-
-
-def expect_tensor(
-    got: torch.Tensor,
-    expected: torch.Tensor,
-    what: str,
-    hint: str | None = None,
-    strict: bool | dict = False,
-    values: bool = True,
-) -> None:
-    """The stated result of a tensor: its dtype, then (with ``values``) its shape and its values
-    within :func:`tolerance`, NaN where the reference has NaN; the message names the largest
-    difference and where it is."""
-    expect(
-        got.dtype == expected.dtype,
-        f"{what} has dtype {got.dtype}, expected {expected.dtype} (the property violated: the "
-        "stated dtype).",
-        hint,
-    )
-    if not values:  # a shape is judged with the values, after the exercise's own properties
-        return
-    expect(
-        tuple(got.shape) == tuple(expected.shape),
-        f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}.",
-        hint,
-    )
-    if not (expected.is_floating_point() or expected.is_complex()):
-        if not torch.equal(got, expected):
-            index = tuple(int(i) for i in (got != expected).nonzero()[0])
-            raise CheckFailure(
-                f"{what} is wrong at index {index}: yours {got[index].tolist()}, expected "
-                f"{expected[index].tolist()}.",
-                hint,
-            )
-        return
-    overflow = ~torch.isfinite(got) & torch.isfinite(expected)
-    if overflow.any():
-        first = tuple(int(i) for i in overflow.nonzero()[0])
-        raise CheckFailure(
-            f"{what} gives {got[first].item()} (inf or NaN) at index {first} where the reference "
-            f"is {expected[first].item():.6g} (the property violated: numeric range).",
-            hint,
-        )
-    nan_mismatch = torch.isnan(got) != torch.isnan(expected)
-    if nan_mismatch.any():
-        first = tuple(int(i) for i in nan_mismatch.nonzero()[0])
-        raise CheckFailure(
-            f"{what} has a number where the reference has NaN (first at index {first}).",
-            hint,
-        )
-    bound = tolerance(expected.dtype, strict)
-    if torch.allclose(got, expected, equal_nan=True, **bound):
-        return
-    diff = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
-    diff[torch.isnan(expected)] = 0
-    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-    raise CheckFailure(
-        f"{what} differs from the reference: largest difference {diff.max().item():.3g} at "
-        f"index {index} (yours {got[index].item():.6g}, expected {expected[index].item():.6g}).",
-        hint,
-    )

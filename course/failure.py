@@ -3,17 +3,47 @@
 
 from __future__ import annotations
 
+import re
 import sysconfig
 import traceback
 
+VIOLATED = " (the property violated: "
+
 
 class CheckFailure(Exception):
-    """Raised *inside* a check body when the student's result is wrong."""
+    """Raised *inside* a check body when the student's result is wrong. Besides the words, as
+    data for grading records: ``prop``, the property violated (what the message names after
+    "the property violated:"), and ``mistake``, the name of the known mistake the result is
+    (a spec's ``mistakes``), or None."""
 
-    def __init__(self, message: str, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        prop: str | None = None,
+        mistake: str | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.mistake = mistake
+        self.prop = prop if prop is not None else _named_property(message)
+
+
+_NAMED = re.compile(r"property violated: ([^);]*?)(?:[);]|\.\s|\.?$)", re.IGNORECASE)
+
+
+def _named_property(message: str) -> str | None:
+    """The property a message names: the words after its last "the property violated:"."""
+    found = _NAMED.findall(message)
+    return found[-1].strip() if found else None
+
+
+def violated(what: str, symptom: str, prop: str, hint: str | None = None) -> CheckFailure:
+    """The failure of one property on one case, composed the same way everywhere: "``what``
+    ``symptom`` (the property violated: ``prop``)", the property kept as data."""
+    return CheckFailure(f"{what} {symptom}{VIOLATED}{prop}).", hint, prop=prop)
 
 
 def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:

@@ -28,6 +28,7 @@ from course import forbidden as banned
 from course import properties as prop
 from course.check import exercise_check
 from course.domains import Domain, draw
+from course.failure import violated
 from course.observe import PROBE, StudentError, current, observe
 from course.virtual import NOT_MOVED, NOT_MOVED_HINT
 
@@ -69,6 +70,24 @@ class Property:
     applies: Callable[[Case], bool] = lambda case: True
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong answer, declared once, in the form of the spec's reference: ``reference``
+    computes what the mistake gives (a function's arguments; a module's ``build, weights,
+    buffers, **inputs``). ``breaks``: the property of the text it breaks, in the text's words.
+    Where a case fails and the student's result there is the mistake's (and the mistake's is not
+    the reference's), the failure names it: "this is what <name> gives". A module mistake whose
+    trainable parameters differ from the text's (one block shared by every layer) declares them
+    (``parameters(build)``); a module with exactly those is named at construction. The check
+    tests run every mistake of every spec as a student's answer (``tests/mistakes.py``)."""
+
+    name: str  # "a mask inverted": what the student did, in a few words
+    breaks: str
+    reference: Callable[..., Any]
+    hint: str | None = None
+    parameters: Callable[[Any], Mapping[str, tuple[int, ...]]] | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Contract:
     """What the contracts of a function and of a module both declare."""
@@ -84,6 +103,7 @@ class _Contract:
     properties: tuple[Property, ...] = ()
     seed: int = 0
     domains: Mapping[str, Domain] = field(default_factory=dict)  # course.domains: drawn inputs
+    mistakes: tuple[Mistake, ...] = ()  # known wrong answers, named where a result is one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,16 +257,26 @@ def run_function(spec: Spec, student: Callable[..., Any]) -> None:
         if isinstance(results, prop.CheckFailure):
             raise results
         if spec.calls:
-            reference = functools.partial(_run, spec, spec.reference, "", case, spec.forms[0])
+            compute = functools.partial(_run_of, spec, case)
         else:
-            reference = functools.partial(spec.reference, **case.inputs)
-        _judge_case(spec, case, results, student, reference)
+            compute = functools.partial(_apply, inputs=case.inputs)
+        _judge_case(spec, case, results, student, compute)
         if case.grad and spec.gradients:
             _gradients(spec, case, student, spec.reference, lambda r: _first_tensor(r))
         if spec.random not in (NONE, GLOBAL):
             _reproducible(spec, student, case)
     if spec.device:
         _on_device(spec, student, spec.name, cases)
+
+
+def _apply(code: Callable[..., Any], inputs: Mapping[str, Any]) -> Any:
+    """``code(**inputs)``: a reference (or a mistake) of a function, on one case."""
+    return code(**inputs)
+
+
+def _run_of(spec: Spec, case: Case, code: Callable[..., Any]) -> list[dict]:
+    """A reference's (or a mistake's) run of a case of several calls, in the first form."""
+    return _run(spec, code, "", case, spec.forms[0])
 
 
 def _call_forms(
@@ -355,10 +385,11 @@ def _judge_case(
     case: Case,
     results: list[tuple[str, Any]],
     student: Any,
-    reference: Callable[[], Any],
+    compute: Callable[[Callable[..., Any]], Any],
 ) -> None:
     """The properties' observations; then, trusted side only, the reference computed (here and
-    nowhere else), the result's type, the properties' judgements, the values."""
+    nowhere else: ``compute(reference)`` on this case), the result's type, the properties'
+    judgements, the values. A failure on a result that is a known mistake's names the mistake."""
 
     def call_for(item: Property) -> Callable[[Mapping[str, Any]], Any]:
         what = f"{spec.name} on {case.what}, for the property: {item.name}"
@@ -376,26 +407,80 @@ def _judge_case(
     ]
     if not judging():
         return
-    expected = reference()  # None: a random result, which only the properties judge
+    expected = compute(spec.reference)  # None: a random result, which only the properties judge
     hint = case.hint or spec.hint
-    pairs = [(what, got, expected) for what, got in results]
+    pairs = _pairs(spec, results, expected)
     runs = [(case, results[0][1])]  # a run of several calls: every run judged, call by call
     if isinstance(spec, Spec) and spec.calls:
-        pairs = [
-            (f"{what}, call {k + 1}" if len(got) > 1 else what, mine["result"], ours["result"])
-            for what, got in results
-            for k, (mine, ours) in enumerate(zip(got, expected, strict=True))
-        ]
         runs = [(replace(case, what=what), got) for what, got in results]
-    if expected is not None:
+    try:
+        if expected is not None:
+            for what, got, want in pairs:
+                prop.expect_result(got, want, what, hint, case.strict, values=False)
+        for item, seen in observed:
+            for judged, got in runs:
+                item.judge(judged, got, expected, seen)
+        if expected is not None and case.compare:
+            for what, got, want in pairs:
+                prop.expect_result(got, want, what, hint, case.strict)
+    except prop.CheckFailure:
+        if expected is not None:
+            _name_mistake(spec, case, results, expected, compute)
+        raise
+
+
+def _pairs(
+    spec: Spec | ModuleSpec, results: list[tuple[str, Any]], expected: Any, whole: bool = False
+) -> list:
+    """``(what, got, want)`` of every result to compare: each call form's, and in a run of
+    several calls (``spec.calls``) each call's (``whole``: all it watched, not only its result)."""
+    if not (isinstance(spec, Spec) and spec.calls):
+        return [(what, got, expected) for what, got in results]
+    return [
+        (
+            f"{what}, call {k + 1}" if len(got) > 1 else what,
+            mine if whole else mine["result"],
+            ours if whole else ours["result"],
+        )
+        for what, got in results
+        for k, (mine, ours) in enumerate(zip(got, expected, strict=True))
+    ]
+
+
+def _matches(pairs: list, strict: bool | dict) -> bool:
+    """Every ``got`` is its ``want`` by the one value comparison (course.properties)."""
+    try:
         for what, got, want in pairs:
-            prop.expect_result(got, want, what, hint, case.strict, values=False)
-    for item, seen in observed:
-        for judged, got in runs:
-            item.judge(judged, got, expected, seen)
-    if expected is not None and case.compare:
-        for what, got, want in pairs:
-            prop.expect_result(got, want, what, hint, case.strict)
+            prop.expect_result(got, want, what, None, strict)
+    except prop.CheckFailure:
+        return False
+    return True
+
+
+def _name_mistake(
+    spec: Spec | ModuleSpec,
+    case: Case,
+    results: list[tuple[str, Any]],
+    expected: Any,
+    compute: Callable[[Callable[..., Any]], Any],
+) -> None:
+    """Raise the failure that names the first of the spec's mistakes whose result on ``case``
+    the student's is (and the reference's is not); return where none is."""
+    for mistake in spec.mistakes:
+        try:
+            gives = compute(mistake.reference)
+        except Exception:  # noqa: BLE001 - a mistake undefined on this case names nothing here
+            continue
+        if _matches(_pairs(spec, [("", gives)], expected, True), case.strict):
+            continue  # the mistake changes nothing on this case
+        if _matches(_pairs(spec, results, gives, True), case.strict):
+            raise _mistake_failure(results[0][0], mistake, spec.hint) from None
+
+
+def _mistake_failure(what: str, mistake: Mistake, hint: str | None) -> prop.CheckFailure:
+    failure = violated(what, f"gives what {mistake.name} gives", mistake.breaks)
+    failure.mistake, failure.hint = mistake.name, mistake.hint or hint
+    return failure
 
 
 def _first_tensor(result: Any) -> Any:
@@ -482,6 +567,7 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
             module = _construct(made, student_class, args, kwargs)
             state = observe(f"{made}: parameters and buffers", lambda m=module: _state(m))
             if judging():
+                _name_parameters(spec, build, made, state["parameters"], declared)
                 prop.expect_parameters(made, state["parameters"], declared, spec.hint)
             observe(
                 f"{made}: load the check's weights",
@@ -495,6 +581,27 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
             written = list(build.cases())
             cases = written + draw(written, spec.domains, spec.defaults, offset=b)
             _module_cases(spec, build, module, made, cases, weights, state, f == 0, twin)
+
+
+def _build_apply(
+    build: Build, weights: Mapping, buffers: Mapping, inputs: Mapping, code: Callable[..., Any]
+) -> Any:
+    """``code(build, weights, buffers, **inputs)``: a module's reference (or mistake) on a case."""
+    return code(build, weights, buffers, **inputs)
+
+
+def _name_parameters(
+    spec: ModuleSpec, build: Build, made: str, got: Mapping, declared: Mapping
+) -> None:
+    """A module whose trainable parameters are those a mistake declares: the mistake, named."""
+    for mistake in spec.mistakes:
+        if mistake.parameters is None:
+            continue
+        theirs = {n: tuple(s) for n, s in mistake.parameters(build).items()}
+        if theirs != {n: tuple(s) for n, s in declared.items()} and theirs == {
+            n: tuple(s) for n, s in got.items()
+        }:
+            raise _mistake_failure(made, mistake, spec.hint)
 
 
 def _construct(what: str, cls: Any, args: tuple, kwargs: dict) -> Any:
@@ -533,7 +640,8 @@ def _module_cases(
     for case, results in zip(cases, called, strict=True):
         if isinstance(results, prop.CheckFailure):
             raise results
-        _judge_case(spec, case, results, module, lambda c=case: reference(weights, **c.inputs))
+        compute = functools.partial(_build_apply, build, weights, buffers, case.inputs)
+        _judge_case(spec, case, results, module, compute)
     if not first or not cases:
         return
     case = cases[0]

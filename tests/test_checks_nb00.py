@@ -33,6 +33,11 @@ def _loop_over_rows(x, dim=-1):
     return torch.stack(rows).reshape(moved.shape).movedim(-1, dim)
 
 
+def _in_place(x, dim=-1):
+    x -= x.amax(dim=dim, keepdim=True)
+    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
+
+
 RIGHT = {
     "shift by the max": reference_softmax,
     "NumPy's exp and sum (0.1's text forbids only torch.softmax)": lambda x, dim=-1: (
@@ -41,15 +46,11 @@ RIGHT = {
     "float64 inside": _float64_inside,
     "log-sum-exp": _logsumexp,
     "a loop over rows": _loop_over_rows,
+    "shifts its input in place (0.1's text does not ask to leave it untouched)": _in_place,
     "max().values": lambda x, dim=-1: (lambda e: e / e.sum(dim, keepdim=True))(
         (x - x.max(dim=dim, keepdim=True).values).exp()
     ),
 }
-
-
-def _in_place(x, dim=-1):
-    x -= x.amax(dim=dim, keepdim=True)
-    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
 
 
 def _grad_off(x, dim=-1):
@@ -79,27 +80,12 @@ def _module_softmax(x, dim=-1):
     return torch.nn.Softmax(dim=dim)(x)
 
 
-# (wrong implementation, a phrase the message must contain): each family of issue 22.
+# (wrong implementation, a phrase the message must contain); the named wrong softmaxes are the
+# spec's own mistakes (nb00.MISTAKES), which tests/test_check_mistakes.py runs.
 WRONG = {
     "torch.softmax, which the text forbids": (_calls_torch_softmax, "`torch.softmax`"),
     "the method spelling of torch.softmax": (_method_softmax, "`x.softmax`"),
     "nn.Softmax": (_module_softmax, "`torch.nn.Softmax`"),
-    "no max shift (numeric range)": (
-        lambda x, dim=-1: x.exp() / x.exp().sum(dim=dim, keepdim=True),
-        "numeric range",
-    ),
-    "ignores dim": (lambda x, dim=-1: reference_softmax(x, dim=-1), "dim=0"),
-    "subtracts the min": (
-        lambda x, dim=-1: (
-            (x - x.amin(dim, True)).exp() / (x - x.amin(dim, True)).exp().sum(dim, keepdim=True)
-        ),
-        "",
-    ),
-    "not normalised": (lambda x, dim=-1: (x - x.amax(dim=dim, keepdim=True)).exp(), ""),
-    "normalised over everything": (
-        lambda x, dim=-1: (x - x.max()).exp() / (x - x.max()).exp().sum(),
-        "",
-    ),
     "casts to float32": (lambda x, dim=-1: reference_softmax(x.float(), dim), "dtype"),
     "max without keepdim": (
         lambda x, dim=-1: (
@@ -107,7 +93,6 @@ WRONG = {
         ),
         "",
     ),
-    "changes its input in place (inputs untouched)": (_in_place, "inputs untouched"),
     "turns gradients off (global state)": (_grad_off, "global state"),
     "changes the default dtype (global state)": (_default_dtype, "default dtype"),
     "reseeds the global generator (global state)": (_reseeds, "random"),

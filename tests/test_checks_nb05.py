@@ -214,6 +214,13 @@ class EncoderMaskIgnored(EncoderBlock):
         return super().forward(x, None)
 
 
+class EncoderMaskInverted(EncoderBlock):
+    """Reads True as blocked: the course's mask inverted before attention."""
+
+    def forward(self, x, mask=None):
+        return super().forward(x, None if mask is None else ~mask)
+
+
 class EncoderSharedNorm(EncoderBlock):
     def forward(self, x, mask=None):
         x = self.attn_residual(x, lambda h: self.self_attn(h, h, h, mask)[0])
@@ -939,6 +946,7 @@ CASES: dict[str, tuple[Callable, object, dict[str, object]]] = {
             "post-LN block": EncoderPostLN,
             "residual added after the norm": EncoderResidualAfterNorm,
             "padding mask ignored": EncoderMaskIgnored,
+            "mask inverted": EncoderMaskInverted,
             "one norm shared by both sub-layers": EncoderSharedNorm,
             "no residual around the FFN": EncoderNoFFNResidual,
             "returns a tuple": EncoderReturnsTuple,
@@ -1106,11 +1114,12 @@ def test_checks_leave_the_global_random_stream_alone():
             "has shape (16, 16), expected (32, 16)",
         ),
         ("pre_norm_residual", "dropout on the residual path too", "dropout in its place"),
-        ("pre_norm_residual", "post-LN", "this is post-LN"),
-        ("pre_norm_residual", "residual added after the norm", "carries LayerNorm(x) instead of x"),
+        ("pre_norm_residual", "post-LN", "gives what post-LN"),
+        ("pre_norm_residual", "residual added after the norm", "LayerNorm(x) on the residual path"),
         ("encoder_block", "padding mask ignored", "padding invariance"),
         ("encoder_block", "returns a tuple", "returned a tuple"),
-        ("encoder", "one block repeated", "has no trainable parameter `layers.1."),
+        ("encoder_block", "mask inverted", "gives what the mask inverted (True taken as blocked)"),
+        ("encoder", "one block repeated", "gives what one block shared by every layer"),
         ("encoder", "padding mask not built", "padding invariance"),
         ("encoder", "no final norm attribute", "has no trainable parameter `norm.bias`"),
         ("decoder_block", "no causal mask", "causality"),

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 
 from course import observe as obs
-from course.check import FAILED, PASSED, REPLAY_EVERYWHERE, exercise_check, expect, expect_close
+from course.check import FAILED, PASSED, REPLAY_EVERYWHERE, exercise_check, expect
 from course.properties import (
     call,
     construct,
+    expect_result,
     generator,
     gradients,
     large_scores,
@@ -33,7 +34,7 @@ def add_one_check(student_add_one):
     x = torch.randn(3, 4, generator=generator())
     items = [1, 2, 3]
     got = call("add_one", student_add_one, x, items, names=("x", "items"))
-    expect_close(got, x + 1, what="add_one(x)")
+    expect_result(got, x + 1, "add_one(x)")
 
 
 def _mutates_tensor(x, items):
@@ -87,9 +88,9 @@ def module_check(StudentTiny):
         lambda: gradients(module, [x], dict(module.named_parameters())),
     )
     want = gradients(reference, [x], dict(reference.named_parameters()))
-    expect_close(got["output"], want["output"], what="output")
-    expect_close(got["inputs"][0], want["inputs"][0], what="gradient at the input")
-    expect_close(
+    expect_result(got["output"], want["output"], "output")
+    expect_result(got["inputs"][0], want["inputs"][0], "gradient at the input")
+    expect_result(
         got["parameters"]["linear.weight"], want["parameters"]["weight"], what="weight gradient"
     )
 

@@ -7,10 +7,29 @@ import torch
 
 from course.domains import Numbers, Tensors
 from course.properties import generator, large_scores
-from course.spec import Case, Spec, check
+from course.spec import Case, Mistake, Spec, check
 
 _DIM_HINT = "Use the `dim` argument everywhere (max, sum) instead of a fixed axis."
 _RANGE_HINT = "exp(1000) overflows float32: think about what exp does to large inputs."
+_ANY_AXIS = "Write `softmax(x, dim)` that works along any axis"
+_DEFINITION = "softmax(z)_i = e^{z_i} / sum_j e^{z_j}"
+
+
+def _normalised(e: torch.Tensor, dim: int) -> torch.Tensor:
+    return e / e.sum(dim, keepdim=True)
+
+
+MISTAKES = (  # each a wrong softmax, in the reference's form
+    Mistake("exp without the max shift", "in float32, e^89 is already `inf`, and `inf / inf` is "
+            "`NaN`", lambda x, dim=-1: _normalised(x.exp(), dim), _RANGE_HINT),
+    Mistake("the minimum subtracted", "subtract c = max_j z_j first: every exponent is then <= 0",
+            lambda x, dim=-1: _normalised((x - x.amin(dim, True)).exp(), dim), _RANGE_HINT),
+    Mistake("the last axis whatever `dim` says", _ANY_AXIS,
+            lambda x, dim=-1: torch.softmax(x, -1), _DIM_HINT),
+    Mistake("a sum over the whole tensor", _ANY_AXIS,
+            lambda x, dim=-1: (x - x.max()).exp() / (x - x.max()).exp().sum(), _DIM_HINT),
+    Mistake("no division by the sum", _DEFINITION, lambda x, dim=-1: (x - x.amax(dim, True)).exp()),
+)  # fmt: skip
 
 
 def _cases() -> list[Case]:
@@ -54,6 +73,8 @@ softmax = check(
         reference=lambda x, dim=-1: torch.softmax(x, dim=dim),
         cases=_cases,
         device=False,  # 0.1's text states no device (a NumPy softmax meets the text)
+        mutable=("x",),  # nor that x stays untouched (the caller's copy is the check's own)
+        mistakes=MISTAKES,
         forbidden=("torch.softmax", "torch.nn.Softmax"),  # "not `torch.softmax`"
         domains={  # "along any axis": every axis of x, by either sign, and the default
             "x": Tensors(scales=(1e3,), shifts=(-3e4, 3e4)),  # "for any constant c"

@@ -31,6 +31,7 @@ from course.spec import (
     POSITIONAL,
     Build,
     Case,
+    Mistake,
     ModuleSpec,
     Property,
     Spec,
@@ -88,17 +89,19 @@ def _block(w: Mapping, p: str, x: torch.Tensor, heads: int, mask: Any, *memory: 
     return x + _ffn(w, f"{p}ffn.", _ln(w, f"{p}ffn_residual.norm", x))
 
 
-def _stack(w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory: Any) -> Any:
+def _stack(
+    w: Mapping, p: str, b: Mapping, ids: torch.Tensor, mask: Any, *memory: Any, shared: bool = False
+) -> Any:
     """The encoder, or with ``memory`` (the memory and its mask) the decoder: embeddings (the pad
-    row gets no gradient), the blocks, the final norm. Without a mask: the padding mask of
-    ``ids``, causal in a decoder."""
+    row gets no gradient), the blocks (``shared``: layer 0's weights in every one), the final
+    norm. Without a mask: the padding mask of ``ids``, causal in a decoder."""
     if mask is None:
         mask = (ids != b["pad_id"])[:, None, :] & (ref.causal(ids.shape[1]) if memory else True)
     table = w[f"{p}embed.embedding.weight"]  # E[ids] * sqrt(d_model) + PE (sections 3.4-3.5)
     x = F.embedding(ids, table, padding_idx=b["pad_id"]) * math.sqrt(table.shape[1])
     x = x + ref.sinusoid_table(ids.shape[1], table.shape[1], table.dtype)
     for i in range(b["num_layers"]):
-        x = _block(w, f"{p}layers.{i}.", x, b["num_heads"], mask, *memory)
+        x = _block(w, f"{p}layers.{0 if shared else i}.", x, b["num_heads"], mask, *memory)
     return _ln(w, f"{p}norm", x)
 
 
@@ -126,10 +129,10 @@ def _block_params(d: int, ff: int, decoder: bool, p: str = "") -> dict[str, tupl
     return out
 
 
-def _stack_params(b: Mapping, vocab: int, decoder: bool, p: str = "") -> dict:
+def _stack_params(b: Mapping, vocab: int, decoder: bool, p: str = "", shared: bool = False) -> dict:
     d = b["d_model"]
     out = {f"{p}embed.embedding.weight": (vocab, d)}
-    for i in range(b["num_layers"]):
+    for i in range(1 if shared else b["num_layers"]):
         out |= _block_params(d, b["d_ff"], decoder, f"{p}layers.{i}.")
     return out | _weight_bias(f"{p}norm", d)
 
@@ -301,15 +304,13 @@ def _sublayer(d: int) -> nn.Module:
 PRE_LN = "the pre-LN formula of the text, x + Dropout(sublayer(LayerNorm(x)))"
 
 
-def _residual_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
-    x, sub = case.inputs["x"], case.inputs["sublayer"]
-    with torch.no_grad():
-        norm = functools.partial(_ln, state, "norm")
-        return {
-            "this is post-LN, LayerNorm(x + sublayer(x)), the original paper's order; the "
-            "exercise asks for pre-LN": norm(x + sub(x)),
-            "the residual path carries LayerNorm(x) instead of x": norm(x) + sub(norm(x)),
-        }
+def _post_ln(b: Build, w: Mapping, buffers: Mapping, x: Any, sublayer: Any) -> Any:
+    return _ln(w | buffers, "norm", x + sublayer(x))
+
+
+def _normed_residual(b: Build, w: Mapping, buffers: Mapping, x: Any, sublayer: Any) -> Any:
+    normed = _ln(w | buffers, "norm", x)
+    return normed + sublayer(normed)
 
 
 def _residual_cases(b: Mapping) -> list[Case]:
@@ -329,11 +330,6 @@ pre_norm_residual = _module_check(
         "dropout in its place, on the sub-layer's output only; the residual path is never dropped",
         "The text's formula says which term dropout wraps.",
     ),
-    Property(
-        "the pre-LN formula",
-        applies=lambda c: not c.dropped,
-        **prop.not_a_known_mistake(_residual_mistakes, PRE_LN, None),
-    ),
     exercise="Exercise 5.2",
     title="pre-LN residual connection",
     name="PreNormResidual",
@@ -341,6 +337,12 @@ pre_norm_residual = _module_check(
     forward=("x", "sublayer"),
     parameters=lambda b: _weight_bias("norm", b.inputs["d_model"]),
     reference=lambda b, w, buffers, x, sublayer: x + sublayer(_ln(w | buffers, "norm", x)),
+    mistakes=(
+        Mistake(
+            "post-LN, LayerNorm(x + sublayer(x)), the original paper's order", PRE_LN, _post_ln
+        ),
+        Mistake("LayerNorm(x) on the residual path instead of x", PRE_LN, _normed_residual),
+    ),
     gradients=("x",),
     hint="Compare the two rows of the table in the text: in pre-LN, what does the residual "
     "path carry, and what alone goes through the norm and dropout?",
@@ -389,6 +391,16 @@ encoder_block = _module_check(
     parameters=lambda b: _block_params(b.inputs["d_model"], b.inputs["d_ff"], False),
     reference=lambda b, w, buffers, x, mask=None: _block(
         w | buffers, "", x, b.inputs["num_heads"], mask
+    ),
+    mistakes=(
+        Mistake(
+            "the mask inverted (True taken as blocked)",
+            "the course's boolean mask (True = may attend)",
+            lambda b, w, buffers, x, mask=None: _block(
+                w | buffers, "", x, b.inputs["num_heads"], None if mask is None else ~mask
+            ),
+            "True in the mask means may attend: block where the mask is False.",
+        ),
     ),
     gradients=("x",),
     hint="Each sub-layer goes through its own PreNormResidual wrapper; the mask belongs to the "
@@ -492,6 +504,18 @@ encoder = _module_check(
     forms=FORMS,
     parameters=lambda b: _stack_params(b.inputs, b.inputs["vocab_size"], False),
     reference=lambda b, w, buffers, ids, mask=None: _stack(w | buffers, "", b.inputs, ids, mask),
+    mistakes=(
+        Mistake(
+            "one block shared by every layer (`[block] * num_layers`)",
+            "`self.layers`, an `nn.ModuleList` of `num_layers` `EncoderBlock`s",
+            lambda b, w, buffers, ids, mask=None: _stack(
+                w | buffers, "", b.inputs, ids, mask, shared=True
+            ),
+            "Build a new EncoderBlock for each layer (a list comprehension); `[block] * n` "
+            "repeats one block, whose weights every layer then shares.",
+            lambda b: _stack_params(b.inputs, b.inputs["vocab_size"], False, shared=True),
+        ),
+    ),
     gradients=("ids",),  # the parameters' gradients (ids have none)
     hint="Follow the text's three steps; the mask built from pad_id when none is given has "
     "to reach every block.",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from course.check import CheckFailure, expect, expect_tensor, tolerance
+from course.check import CheckFailure, expect
 from course.failure import depends_on_earlier_calls
 from course.observe import (
     Absent,
@@ -145,8 +145,9 @@ def gradients(
         else x
         for x in inputs
     ]
-    with torch.enable_grad():
-        output = forward(*leaves)
+    with torch.enable_grad():  # the code gets copies: one that writes into its input (where
+        # the text allows it) works as on the output of a layer, not on a leaf
+        output = forward(*(x.clone() if _wants_grad(x) else x for x in leaves))
         if not isinstance(output, torch.Tensor):
             raise CheckFailure(
                 f"the forward pass returned {a_type(output)}, not a tensor.",
@@ -162,6 +163,10 @@ def gradients(
         "inputs": [x.grad if isinstance(x, torch.Tensor) else None for x in leaves],
         "parameters": {name: p.grad for name, p in params.items()},
     }
+
+
+def _wants_grad(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad
 
 
 def observe_gradients(
@@ -226,6 +231,80 @@ def shown(value: Any, width: int = 70) -> str:
 
 def leaf_type(value: Any) -> str:
     return "torch.Tensor" if isinstance(value, torch.Tensor) else type_name(value)
+
+
+def tolerance(dtype: torch.dtype, strict: bool | dict = False) -> dict[str, float]:
+    """What a dtype allows. float64 is held to float64 precision only when the exercise text asks
+    for it (``strict``); otherwise a right answer computed in float32 inside passes too. A dict
+    is a case's own bound (an expanded square cancels digits: its bound follows its terms)."""
+    if isinstance(strict, dict):
+        return strict
+    if dtype == torch.float64 and strict:
+        return {"atol": 1e-10, "rtol": 1e-8}
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"atol": 1e-2, "rtol": 1e-2}
+    return {"atol": 1e-5, "rtol": 1e-4}
+
+
+def _expect_tensor(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    what: str,
+    hint: str | None = None,
+    strict: bool | dict = False,
+    values: bool = True,
+) -> None:
+    """The stated result of a tensor: its dtype, then (with ``values``) its shape and its values
+    within :func:`tolerance`, NaN where the reference has NaN; the message names the largest
+    difference and where it is."""
+    expect(
+        got.dtype == expected.dtype,
+        f"{what} has dtype {got.dtype}, expected {expected.dtype} (the property violated: the "
+        "stated dtype).",
+        hint,
+    )
+    if not values:  # a shape is judged with the values, after the exercise's own properties
+        return
+    expect(
+        tuple(got.shape) == tuple(expected.shape),
+        f"{what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}.",
+        hint,
+    )
+    if not (expected.is_floating_point() or expected.is_complex()):
+        if not torch.equal(got, expected):
+            index = tuple(int(i) for i in (got != expected).nonzero()[0])
+            raise CheckFailure(
+                f"{what} is wrong at index {index}: yours {got[index].tolist()}, expected "
+                f"{expected[index].tolist()}.",
+                hint,
+            )
+        return
+    overflow = ~torch.isfinite(got) & torch.isfinite(expected)
+    if overflow.any():
+        first = tuple(int(i) for i in overflow.nonzero()[0])
+        raise CheckFailure(
+            f"{what} gives {got[first].item()} (inf or NaN) at index {first} where the reference "
+            f"is {expected[first].item():.6g} (the property violated: numeric range).",
+            hint,
+        )
+    nan_mismatch = torch.isnan(got) != torch.isnan(expected)
+    if nan_mismatch.any():
+        first = tuple(int(i) for i in nan_mismatch.nonzero()[0])
+        raise CheckFailure(
+            f"{what} has a number where the reference has NaN (first at index {first}).",
+            hint,
+        )
+    bound = tolerance(expected.dtype, strict)
+    if torch.allclose(got, expected, equal_nan=True, **bound):
+        return
+    diff = (got.double() - expected.double()).abs().nan_to_num(float("inf"))
+    diff[torch.isnan(expected)] = 0
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    raise CheckFailure(
+        f"{what} differs from the reference: largest difference {diff.max().item():.3g} at "
+        f"index {index} (yours {got[index].item():.6g}, expected {expected[index].item():.6g}).",
+        hint,
+    )
 
 
 def expect_result(
@@ -294,7 +373,7 @@ def expect_result(
         got = float(got.value if isinstance(got, Foreign) else got)
     _stated_type(leaf_type(got) == leaf_type(expected), got, a_type(expected), what, hint)
     if isinstance(expected, torch.Tensor):
-        expect_tensor(got, expected, what, hint, strict, values)
+        _expect_tensor(got, expected, what, hint, strict, values)
     elif not values:
         return
     elif isinstance(expected, float):

@@ -1,0 +1,115 @@
+"""Every named mistake of every spec, as a student's answer: the wrong variants the check tests
+run come from the specs' own tables (``course.spec.Mistake``), so a mistake lives in one place.
+
+``every_mistake()`` yields ``(check, spec, mistake)``; ``answers(check, spec, mistake)`` gives
+the check's arguments: the mistake as the student's code in the slot of its spec, the spec's
+reference in the others (a check of two functions, 3.1's split and merge).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from torch import nn
+
+import course.checks
+from course.spec import Build, Mistake, ModuleSpec, Spec
+
+
+def specs_of(check: Any) -> tuple[Spec | ModuleSpec, ...]:
+    spec = getattr(check, "spec", None)
+    return spec if isinstance(spec, tuple) else (spec,) if spec is not None else ()
+
+
+def every_check() -> Iterator[Any]:
+    """Every check of ``course.checks`` that declares its spec(s)."""
+    for info in sorted(pkgutil.iter_modules(course.checks.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"course.checks.{info.name}")
+        for value in vars(module).values():
+            if callable(value) and specs_of(value) and value.__module__ == module.__name__:
+                yield value
+
+
+def every_mistake() -> Iterator[tuple[Any, Spec | ModuleSpec, Mistake]]:
+    for check in every_check():
+        for spec in specs_of(check):
+            for mistake in spec.mistakes:
+                yield check, spec, mistake
+
+
+def mistake_id(item: tuple[Any, Any, Mistake]) -> str:
+    return f"{item[1].exercise} {item[1].name}: {item[2].name}"
+
+
+def _bind(names: tuple[str, ...], defaults: Mapping, args: tuple, kwargs: dict) -> dict:
+    """The arguments of a call by parameter name, defaults filled in."""
+    return {**defaults, **dict(zip(names, args, strict=False)), **kwargs}
+
+
+def function_of(spec: Spec, code: Callable[..., Any]) -> Callable[..., Any]:
+    """A reference (or mistake) of a function spec, called as the course calls the student's."""
+    if spec.calls:  # a run's reference is already written as the student's code
+        return code
+
+    def student(*args: Any, **kwargs: Any) -> Any:
+        return code(**_bind(spec.params, spec.defaults, args, kwargs))
+
+    student.__name__ = spec.name
+    return student
+
+
+def _holder(module: nn.Module, dotted: str) -> tuple[nn.Module, str]:
+    """The sub-module that holds ``dotted`` (made on the way) and the parameter's own name."""
+    *path, last = dotted.split(".")
+    for part in path:
+        if not hasattr(module, part):
+            module.add_module(part, nn.Module())
+        module = getattr(module, part)
+    return module, last
+
+
+def module_of(
+    spec: ModuleSpec,
+    code: Callable[..., Any],
+    parameters: Callable[[Build], Mapping[str, tuple[int, ...]]] | None = None,
+) -> type[nn.Module]:
+    """A module class whose forward is a reference (or mistake) in the spec's form, with the
+    trainable parameters it declares (the spec's, or the mistake's own)."""
+    shapes = parameters or spec.parameters
+    import torch
+
+    class Made(nn.Module):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__()
+            self.build = Build("", _bind(spec.init, spec.init_defaults, args, kwargs), list)
+            for name, shape in shapes(self.build).items():
+                holder, last = _holder(self, name)
+                holder.register_parameter(last, nn.Parameter(torch.randn(*shape) * 0.1))
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            inputs = _bind(spec.forward, spec.defaults, args, kwargs)
+            weights = dict(self.named_parameters())
+            return code(self.build, weights, dict(self.named_buffers()), **inputs)
+
+    Made.__name__ = spec.name
+    return Made
+
+
+def as_student(spec: Spec | ModuleSpec, mistake: Mistake | None = None) -> Any:
+    """The mistake (or, with none, the reference) as a student's answer to ``spec``."""
+    code = mistake.reference if mistake else spec.reference
+    if isinstance(spec, ModuleSpec):
+        return module_of(spec, code, mistake.parameters if mistake else None)
+    return function_of(spec, code)
+
+
+def answers(check: Any, spec: Any, mistake: Mistake | None) -> tuple:
+    """The check's arguments: ``mistake`` in its spec's slot, the references elsewhere."""
+    slots = specs_of(check)
+    given = tuple(as_student(s, mistake if s is spec else None) for s in slots)
+    wanted = len(inspect.signature(check.body).parameters)
+    return given[:wanted]
