@@ -508,17 +508,17 @@ def state_bytes_loop(optimizer):
 
 
 STATE_RIGHT = {"the course's solution": state_bytes, "a loop over param_groups with nbytes": state_bytes_loop}
-STATE_WRONG = {
+STATE_WRONG = {  # written apart from the spec's mistakes, which tests/test_check_mistakes.py runs
     "entries, not bytes": (lambda o: sum(v.numel() for s in o.state.values() for v in s.values()),
-                           "entries counted, not bytes"),
+                           "gives what counting entries, not bytes gives"),
     "the parameters' bytes": (lambda o: sum(p.nbytes for g in o.param_groups for p in g["params"]),
-                              "the bytes of the parameters, not of their state"),
+                              "gives what the bytes of the parameters gives"),
     "twice the parameters' bytes": (
-        lambda o: 2 * sum(p.nbytes for g in o.param_groups for p in g["params"]),
-        "twice the bytes of the trainable parameters"),
+        lambda o: 2 * sum(p.numel() * p.element_size() for g in o.param_groups for p in g["params"]),
+        "gives what twice the bytes of the trainable parameters gives"),
     "the step counters left out": (
         lambda o: sum(v.nbytes for s in o.state.values() for v in s.values() if v.dim() > 0),
-        "the step counters left out"),
+        "gives what leaving out the step counters gives"),
     "a tensor returned": (lambda o: torch.tensor(state_bytes(o)), "stated return type"),
 }
 

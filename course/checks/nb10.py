@@ -594,29 +594,25 @@ def _parameter_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(p.nbytes for group in optimizer.param_groups for p in group["params"])
 
 
-STATE_MISTAKES: dict[str, Callable[[torch.optim.Optimizer], int]] = {
-    "the step counters left out": lambda o: sum(
-        v.nbytes for k, v in _state_tensors(o) if k != "step"
+_TEXT = "the bytes of every tensor in optimizer.state"
+STATE_MISTAKES = (  # in the order they are told apart on the first case (AdamW with amsgrad)
+    spec.Mistake(
+        "leaving out the step counters",
+        f"{_TEXT}, the step counters too",
+        lambda optimizer: sum(v.nbytes for k, v in _state_tensors(optimizer) if k != "step"),
     ),
-    "twice the bytes of the trainable parameters, not the state itself": lambda o: (
-        2 * _parameter_bytes(o)
+    spec.Mistake(
+        "twice the bytes of the trainable parameters",
+        f"{_TEXT}, read from the state (AdamW with amsgrad keeps three per parameter, SGD one)",
+        lambda optimizer: 2 * _parameter_bytes(optimizer),
     ),
-    "the bytes of the parameters, not of their state": _parameter_bytes,
-    "entries counted, not bytes (numel() without element_size())": lambda o: sum(
-        v.numel() for _, v in _state_tensors(o)
+    spec.Mistake("the bytes of the parameters", f"{_TEXT}, not of the parameters", _parameter_bytes),
+    spec.Mistake(
+        "counting entries, not bytes",
+        f"{_TEXT}: numel() * element_size()",
+        lambda optimizer: sum(v.numel() for _, v in _state_tensors(optimizer)),
     ),
-}
-
-
-def _state_mistake(case: Case, got: Any, expected: Any, seen: Any) -> None:
-    """A wrong total that one known mistake gives, named (where it differs from the right one)."""
-    for mistake, wrong in STATE_MISTAKES.items():
-        value = wrong(case.inputs["optimizer"])
-        expect(
-            got != value or value == expected,
-            f"optimizer_state_bytes(optimizer) on {case.what} returned {got}, expected "
-            f"{expected}: {mistake}.",
-        )
+)
 
 
 optimizer_state_bytes = spec.check(
@@ -630,7 +626,7 @@ optimizer_state_bytes = spec.check(
         cases=lambda: [
             Case(what, {"optimizer": _optimizer(k)}) for k, (what, *_) in enumerate(OPTIMIZERS)
         ],
-        properties=(Property("the bytes of the state itself", _state_mistake),),
+        mistakes=STATE_MISTAKES,
         hint="Sum numel() * element_size() over every tensor in every dict of "
         "optimizer.state.values(); return an int.",
     )
