@@ -606,7 +606,9 @@ STATE_MISTAKES = (  # in the order they are told apart on the first case (AdamW 
         f"{_TEXT}, read from the state (AdamW with amsgrad keeps three per parameter, SGD one)",
         lambda optimizer: 2 * _parameter_bytes(optimizer),
     ),
-    spec.Mistake("the bytes of the parameters", f"{_TEXT}, not of the parameters", _parameter_bytes),
+    spec.Mistake(
+        "the bytes of the parameters", f"{_TEXT}, not of the parameters", _parameter_bytes
+    ),
     spec.Mistake(
         "counting entries, not bytes",
         f"{_TEXT}: numel() * element_size()",
