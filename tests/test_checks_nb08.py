@@ -890,6 +890,19 @@ def test_gaussians_wrong_rejected(name):
     assert result.status == FAILED, result.report()
 
 
+# written apart from the spec's Mistake table, each must be reported by its own name
+GAUSSIANS_NAMED = {
+    "divides_by_n_minus_1": "gives what dividing by N - 1 gives",
+    "overall_mean": "gives what centring every row on the mean of all rows gives",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GAUSSIANS_NAMED))
+def test_gaussians_known_mistake_named(name):
+    result = verdict(check.fit_gaussians, GAUSSIANS_WRONG[name])
+    assert result.status == FAILED and GAUSSIANS_NAMED[name] in result.message, result.message
+
+
 def test_gaussian_sets_differ_between_classes():
     """Per-class covariances are really different and the classes really unbalanced."""
     features, labels = check._gaussian_set(860)
