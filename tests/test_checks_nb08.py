@@ -870,6 +870,13 @@ def test_gaussians_right_variants_pass(right):
     assert result.status == PASSED, result.report()
 
 
+def test_nan_precision_is_judged_by_its_value_not_as_state_between_calls():
+    """NaN != NaN: a NaN returned twice is the same result, and the message is the value's."""
+    result = verdict(check.oos_metrics, METRICS_WRONG["nan_precision"])
+    assert result.status == FAILED
+    assert "repeated calls" not in result.message and "oos_precision" in result.message, result.message
+
+
 def test_gaussians_stub_not_implemented():
     assert verdict(check.fit_gaussians, stub).status == NOT_IMPLEMENTED
 
