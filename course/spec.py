@@ -124,6 +124,9 @@ class Spec(_Contract):
     # with what the call did and left, as plain data. The properties judge every run.
     calls: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None = None
     watch: Callable[..., dict] | None = None
+    # The check cell passes several functions (merge and unmerge): the runner gets them as one
+    # tuple, which ``watch`` and the reference (a tuple too) index by call.
+    together: bool = False
 
 
 @dataclass(frozen=True)
@@ -689,7 +692,8 @@ def check(spec: Spec | ModuleSpec) -> Callable[..., Any]:
     runner = run_module if isinstance(spec, ModuleSpec) else run_function
 
     def body(student: Any, *context: Any) -> None:  # context: what a check cell passes along
-        runner(spec, student)
+        together = isinstance(spec, Spec) and spec.together
+        runner(spec, (student, *context) if together else student)
 
     body.__name__ = spec.name
     body.__doc__ = f"The declared contract of {spec.exercise} ({spec.title})."

@@ -24,6 +24,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 VIRTUAL = torch.device("meta")
 _DEVICE_GETTER = torch.Tensor.device
+_DATA = torch.Tensor.data  # ``p.data = t``: nn.Module.to and _apply swap a parameter's data so
+_TYPE_QUERIES = {"_has_compatible_shallow_copy_type"}  # asks, computes nothing: never mixing
 _INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
 _MOVES = {"to", "cpu", "cuda", "type", "type_as"}
 
@@ -70,12 +72,40 @@ class VirtualDevice(TorchFunctionMode):
     def on_device(self, tensor: torch.Tensor) -> bool:
         return tensor in self._tagged
 
+    # nn.Parameter(t) is made by ``Tensor._make_subclass``, which no mode sees: while the mode is
+    # on, a parameter made from a tagged tensor is tagged too (as a GPU keeps it on its device)
+    def __enter__(self) -> VirtualDevice:
+        made, mode = nn.Parameter.__new__, self
+
+        def new(cls: type, data: torch.Tensor | None = None, requires_grad: bool = True) -> Any:
+            parameter = made(cls, data, requires_grad)
+            if data is not None and mode.on_device(data):
+                mode.tag(parameter)
+            return parameter
+
+        self._made = made
+        nn.Parameter.__new__ = new  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        nn.Parameter.__new__ = self._made  # type: ignore[method-assign]
+        super().__exit__(*exc)
+
     # --- dispatch -------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
         kwargs = dict(kwargs or {})
         if getattr(func, "__self__", None) is _DEVICE_GETTER:
             return VIRTUAL if self.on_device(args[0]) else func(*args, **kwargs)
         name = getattr(func, "__name__", "")
+        if name == "__set__" and getattr(func, "__self__", None) is _DATA:
+            func(*args, **kwargs)  # the tensor takes the new data's device
+            if self.on_device(args[1]):
+                self.tag(args[0])
+            else:
+                self._tagged.pop(args[0], None)
+            return None
+        if name in _TYPE_QUERIES:
+            return func(*args, **kwargs)
         inputs = list(_walk((args, kwargs)))
         tagged = [t for t in inputs if self.on_device(t)]
         if name == "numpy" and tagged:

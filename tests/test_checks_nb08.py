@@ -870,6 +870,13 @@ def test_gaussians_right_variants_pass(right):
     assert result.status == PASSED, result.report()
 
 
+def test_nan_precision_is_judged_by_its_value_not_as_state_between_calls():
+    """NaN != NaN: a NaN returned twice is the same result, and the message is the value's."""
+    result = verdict(check.oos_metrics, METRICS_WRONG["nan_precision"])
+    assert result.status == FAILED
+    assert "repeated calls" not in result.message and "oos_precision" in result.message, result.message
+
+
 def test_gaussians_stub_not_implemented():
     assert verdict(check.fit_gaussians, stub).status == NOT_IMPLEMENTED
 
@@ -888,6 +895,19 @@ def test_gaussians_property_named(wrong, words):
 def test_gaussians_wrong_rejected(name):
     result = verdict(check.fit_gaussians, GAUSSIANS_WRONG[name])
     assert result.status == FAILED, result.report()
+
+
+# written apart from the spec's Mistake table, each must be reported by its own name
+GAUSSIANS_NAMED = {
+    "divides_by_n_minus_1": "gives what dividing by N - 1 gives",
+    "overall_mean": "gives what centring every row on the mean of all rows gives",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GAUSSIANS_NAMED))
+def test_gaussians_known_mistake_named(name):
+    result = verdict(check.fit_gaussians, GAUSSIANS_WRONG[name])
+    assert result.status == FAILED and GAUSSIANS_NAMED[name] in result.message, result.message
 
 
 def test_gaussian_sets_differ_between_classes():

@@ -211,6 +211,23 @@ def _nanogpt_filter(logits, temperature=1.0, top_k=None, top_p=None):
     return logits
 
 
+def _drops_zero_probability(logits, temperature=1.0, top_k=None, top_p=None):
+    """At top_p = 1, the tokens whose probability underflows to 0 removed (as Hugging Face's
+    cumulative-sum filter does): the text's "smallest set reaching p" allows it."""
+    logits = filter_logits(logits, temperature, top_k, top_p)
+    if top_p is not None and top_p >= 1:
+        logits = logits.masked_fill(torch.softmax(logits, dim=-1) == 0, NEG_INF)
+    return logits
+
+
+def _drops_tail_at_one(logits, temperature=1.0, top_k=None, top_p=None):
+    """At top_p = 1, tokens of probability below 1e-6 removed too: they hold mass, so wrong."""
+    logits = filter_logits(logits, temperature, top_k, top_p)
+    if top_p is not None and top_p >= 1:
+        logits = logits.masked_fill(torch.softmax(logits, dim=-1) < 1e-6, NEG_INF)
+    return logits
+
+
 def _float64_filter(logits, temperature=1.0, top_k=None, top_p=None):
     return filter_logits(logits.double(), temperature, top_k, top_p).to(logits.dtype)
 
@@ -220,6 +237,7 @@ FILTER_RIGHT = {
     "transformers' logits warpers": _hf_filter,
     "nanoGPT's top-k and a nucleus loop": _nanogpt_filter,
     "float64 inside": _float64_filter,
+    "tokens of probability 0 dropped at top_p=1": _drops_zero_probability,
 }
 
 
@@ -313,6 +331,7 @@ FILTER_WRONG = {
     "temperature after filtering": (_temperature_last, "temperature=0.7"),
     "top-p on the distribution before top-k": (_p_on_everything, "top_p"),
     "p = 1 decided by float32 rounding": (_float32_p_one, "top_p=1.0"),
+    "p = 1 drops tokens that hold mass": (_drops_tail_at_one, "top_p=1.0"),
     "logits changed in place (inputs untouched)": (_in_place_filter, "inputs untouched"),
     "kept logits renormalised": (_renormalised, "logit / temperature"),
     "a -inf tensor made on the CPU (device)": (_cpu_fill, "device"),

@@ -135,6 +135,88 @@ class Transposed(LoRALinear):
         return self.base(x) + self.scale * (self.dropout(x) @ self.lora_A @ self.lora_B)
 
 
+class DeepCopiedBase(LoRALinear):
+    """A copy of the caller's layer wrapped and frozen; the caller's own stays trainable."""
+
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(copy.deepcopy(base).requires_grad_(True), r, alpha, dropout)
+
+
+class OnTheCPU(LoRALinear):
+    """A and B made with torch.empty / torch.zeros: on the CPU and in float32 whatever the base."""
+
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r))
+
+
+class FollowsDtypeOnly(LoRALinear):
+    """A and B in the base's dtype, but on the CPU."""
+
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base, r, alpha, dropout)
+        dtype = base.weight.dtype
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features, dtype=dtype))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, dtype=dtype))
+
+
+class LoralibLinear(nn.Linear):
+    """microsoft/LoRA's ``loralib.layers.Linear`` (MIT licence, commit c4593f0), the parts the
+    exercise uses, unchanged: its own weight, dropout only when p > 0, A and B merged into the
+    weight by ``eval()`` and taken out again by ``train()``, which returns None."""
+
+    def __init__(self, in_features, out_features, r=0, lora_alpha=1, lora_dropout=0.0,
+                 merge_weights=True, **kwargs):
+        nn.Linear.__init__(self, in_features, out_features, **kwargs)
+        self.r, self.lora_alpha = r, lora_alpha
+        self.lora_dropout = nn.Dropout(p=lora_dropout) if lora_dropout > 0.0 else (lambda x: x)
+        self.merged, self.merge_weights = False, merge_weights
+        self.lora_A = nn.Parameter(self.weight.new_zeros((r, in_features)))
+        self.lora_B = nn.Parameter(self.weight.new_zeros((out_features, r)))
+        self.scaling = self.lora_alpha / self.r
+        self.weight.requires_grad = False
+        nn.Linear.reset_parameters(self)
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B)
+
+    def train(self, mode=True):
+        nn.Linear.train(self, mode)
+        if mode:
+            if self.merge_weights and self.merged:
+                self.weight.data -= (self.lora_B @ self.lora_A) * self.scaling
+                self.merged = False
+        elif self.merge_weights and not self.merged:
+            self.weight.data += (self.lora_B @ self.lora_A) * self.scaling
+            self.merged = True
+
+    def forward(self, x):
+        if self.r > 0 and not self.merged:
+            result = F.linear(x, self.weight, bias=self.bias)
+            result += (self.lora_dropout(x) @ self.lora_A.transpose(0, 1)
+                       @ self.lora_B.transpose(0, 1)) * self.scaling
+            return result
+        return F.linear(x, self.weight, bias=self.bias)
+
+
+class Loralib(LoralibLinear):
+    """loralib's layer glued to the exercise's interface only, as loralib is used: the
+    pretrained weights loaded into it, ``mark_only_lora_as_trainable``'s freezing, ``base``
+    kept (frozen), the scale under the text's name. Its ``train()`` still returns None."""
+
+    def __init__(self, base, r, alpha, dropout=0.0):
+        super().__init__(base.in_features, base.out_features, r=r, lora_alpha=alpha,
+                         lora_dropout=dropout, bias=base.bias is not None,
+                         device=base.weight.device, dtype=base.weight.dtype)
+        self.load_state_dict(base.state_dict(), strict=False)
+        for name, parameter in self.named_parameters():
+            parameter.requires_grad_("lora_" in name)
+        self.base = base.requires_grad_(False)
+        self.alpha, self.scale = alpha, alpha / r
+
+
 class Stub(nn.Module):
     def __init__(self, base, r, alpha, dropout=0.0):
         super().__init__()
@@ -150,6 +232,7 @@ LORA_RIGHT = {
     "einsum": Einsum,
     "a fused F.linear": FusedLinear,
     "A from a Gaussian (the paper)": GaussianA,
+    "microsoft/LoRA's loralib layer, glued at the interface": Loralib,
 }
 LORA_WRONG = {
     "B initialised at random": (RandomB, "B initialised at random"),
@@ -157,7 +240,11 @@ LORA_WRONG = {
     "scale alpha instead of alpha/r": (ScaleAlpha, "scaled by alpha instead of alpha/r"),
     "no scale": (NoScale, "not scaled"),
     "the base weight left trainable": (BaseTrainable, "base weight left trainable"),
-    "the base bias left trainable": (BiasTrainable, "base.bias"),
+    "the base bias left trainable": (
+        BiasTrainable, "`base.bias` is still trainable: the base bias left trainable"),
+    "a deep copy of the base wrapped": (DeepCopiedBase, "is not the nn.Linear passed in"),
+    "A and B made on the CPU in float32": (OnTheCPU, "lora_A and lora_B not float64"),
+    "A and B in the base's dtype, on the CPU": (FollowsDtypeOnly, "stayed on the CPU"),
     "dropout on the whole output": (DropoutOnOutput, "dropout is applied to the whole output"),
     "dropout after B": (DropoutAfterB, "after B"),
     "no dropout": (NoDropout, "nothing was dropped"),
@@ -228,14 +315,97 @@ def returns_nothing(model, targets, r, alpha, dropout=0.0):
 random_b_in_model = functools.partial(_add, RandomB)
 
 
+def head_not_excluded(model, targets, r, alpha, dropout=0.0):
+    """Every targeted layer wrapped, the head too when targets name it."""
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and n.split(".")[-1] in targets]
+    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    model.classifier.requires_grad_(True)
+    return model
+
+
+def any_part(model, targets, r, alpha, dropout=0.0):
+    """A target matched against every part of the name, not its last one."""
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and set(n.split(".")) & set(targets) and n != "classifier"]
+    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    model.classifier.requires_grad_(True)
+    return model
+
+
+def substring(model, targets, r, alpha, dropout=0.0):
+    """A target matched as a piece of the dotted name."""
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and any(t in n for t in targets) and n != "classifier"]
+    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    model.classifier.requires_grad_(True)
+    return model
+
+
+def dropout_dropped(model, targets, r, alpha, dropout=0.0):
+    return add_lora(model, targets, r, alpha)
+
+
+def lora_frozen(model, targets, r, alpha, dropout=0.0):
+    """The head unfrozen, but the LoRA weights frozen with the rest (frozen after wrapping)."""
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and n.split(".")[-1] in targets and n != "classifier"]
+    _replace(model, names, lambda layer: LoRALinear(layer, r, alpha, dropout))
+    model.requires_grad_(False)
+    model.classifier.requires_grad_(True)
+    return model
+
+
+deep_copies = functools.partial(_add, lambda layer, *a: LoRALinear(copy.deepcopy(layer), *a))
+
+
+class Holder(nn.Module):
+    """A right layer that keeps the wrapped nn.Linear under another name than ``base``."""
+
+    def __init__(self, layer, r, alpha, dropout=0.0):
+        super().__init__()
+        self.inner = LoRALinear(layer, r, alpha, dropout)
+        self.lora_A, self.lora_B = self.inner.lora_A, self.inner.lora_B
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def add_lora_holder(model, targets, r, alpha, dropout=0.0):
+    model.requires_grad_(False)
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+             and n.split(".")[-1] in targets and n != "classifier"]
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        owner = model.get_submodule(parent)
+        holder = Holder(getattr(owner, child), r, alpha, dropout)
+        setattr(owner, child, holder)
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name.startswith("classifier") or name.endswith(("lora_A", "lora_B")))
+    return model
+
+
 def stub(*args, **kwargs):
     raise NotImplementedError
 
 
-ADD_RIGHT = {"the course's solution": add_lora, "peft's rule and layer": add_lora_peft_style}
+ADD_RIGHT = {
+    "the course's solution": add_lora,
+    "peft's rule and layer": add_lora_peft_style,
+    "its own layer, the Linear kept under another name": add_lora_holder,
+}
 ADD_WRONG = {
     "LoRA on the head": (lora_everywhere, "LoRA on the head"),
-    "the head frozen": (head_frozen, "do not train"),
+    "the head frozen": (head_frozen, "the head `classifier` does not train"),
+    "the head wrapped when targets name it": (head_not_excluded, "LoRA on the head"),
+    "a target matched against every part of the name": (any_part, "non-final part"),
+    "a target matched as a piece of the name": (substring, "non-final part"),
+    "the dropout argument not passed on": (dropout_dropped, "dropout argument did not reach"),
+    "the LoRA weights frozen": (lora_frozen, "do not train: lora_A and lora_B"),
+    "a copy of each layer wrapped": (deep_copies, "does not hold the model's own nn.Linear"),
     "embeddings left trainable": (nothing_frozen, "still train"),
     "the model not returned": (returns_nothing, "did not return"),
     "B random: the outputs change": (random_b_in_model, "the logits right after it"),
@@ -289,16 +459,32 @@ def merge_new_parameter(layer):
     return layer.base
 
 
+def merge_through_data(layer):
+    """A new tensor set as the weight's data: the same Parameter object, so right."""
+    layer.base.weight.data = layer.base.weight.data + layer.scale * (layer.lora_B @ layer.lora_A).data
+    return layer.base
+
+
+def unmerge_new_parameter(layer):
+    layer.base.weight = nn.Parameter(
+        (layer.base.weight - layer.scale * layer.lora_B @ layer.lora_A).detach(), requires_grad=False)
+
+
 def unmerge_nothing(layer):
     return None
 
 
-MERGE_RIGHT = {"the course's solution": (merge, unmerge), "through .data": (merge_data, unmerge_data)}
+MERGE_RIGHT = {
+    "the course's solution": (merge, unmerge),
+    "through .data": (merge_data, unmerge_data),
+    "new data on the same parameter": (merge_through_data, unmerge),
+}
 MERGE_WRONG = {
     "merge without the scale": ((merge_unscaled, unmerge), "merge without the scale alpha/r"),
     "merge scaled by alpha": ((merge_alpha, unmerge), "scaled by alpha instead of alpha/r"),
     "a copy returned": ((merge_copy, unmerge), "did not return layer.base"),
-    "a new trainable parameter": ((merge_new_parameter, unmerge), "requires grad"),
+    "a new trainable parameter": ((merge_new_parameter, unmerge), "base.weight is a new tensor"),
+    "unmerge makes a new parameter": ((merge, unmerge_new_parameter), "unmerge left a new tensor as base.weight"),
     "unmerge does nothing": ((merge, unmerge_nothing), "after unmerge"),
 }
 
@@ -322,9 +508,17 @@ def state_bytes_loop(optimizer):
 
 
 STATE_RIGHT = {"the course's solution": state_bytes, "a loop over param_groups with nbytes": state_bytes_loop}
-STATE_WRONG = {
-    "entries, not bytes": (lambda o: sum(v.numel() for s in o.state.values() for v in s.values()), ""),
-    "the parameters' bytes": (lambda o: sum(p.nbytes for g in o.param_groups for p in g["params"]), ""),
+STATE_WRONG = {  # written apart from the spec's mistakes, which tests/test_check_mistakes.py runs
+    "entries, not bytes": (lambda o: sum(v.numel() for s in o.state.values() for v in s.values()),
+                           "gives what counting entries, not bytes gives"),
+    "the parameters' bytes": (lambda o: sum(p.nbytes for g in o.param_groups for p in g["params"]),
+                              "gives what the bytes of the parameters gives"),
+    "twice the parameters' bytes": (
+        lambda o: 2 * sum(p.numel() * p.element_size() for g in o.param_groups for p in g["params"]),
+        "gives what twice the bytes of the trainable parameters gives"),
+    "the step counters left out": (
+        lambda o: sum(v.nbytes for s in o.state.values() for v in s.values() if v.dim() > 0),
+        "gives what leaving out the step counters gives"),
     "a tensor returned": (lambda o: torch.tensor(state_bytes(o)), "stated return type"),
 }
 

@@ -2,8 +2,8 @@
 
 Expected values are computed on the trusted side, independently of the exercises' loops: pair
 counts with ``Counter``; a merge with a regular expression (``re.sub`` scans left to right
-without overlap); encodings with the Hugging Face ``tokenizers`` BPE model holding the same
-merges; the embedding with ``F.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
+without overlap); encodings by the text's own algorithm (each merge once, in
+the order learned; the rank-based encoding of Hugging Face ``tokenizers`` is a named mistake); the embedding with ``F.embedding`` times sqrt(d_model) (Vaswani et al., 2017, 3.4).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from course.spec import (
     POSITIONAL,
     Build,
     Case,
+    Mistake,
     ModuleSpec,
     Property,
     Spec,
@@ -99,7 +100,17 @@ def _why(case: Case, step: int) -> str:
 
 
 def _encode(word: str, merges: list[Pair]) -> list[str]:
-    """A Hugging Face BPE model with exactly these merges (our </w> convention)."""
+    """The text's algorithm: the word spelled, each merge applied once, in the order learned,
+    to the whole word (``_merge``, the regular expression)."""
+    symbols: Symbols = (*word[:-1], word[-1] + END) if word else ()
+    for pair in merges:
+        symbols = _merge(symbols, pair)
+    return list(symbols)
+
+
+def _by_rank(word: str, merges: list[Pair]) -> list[str]:
+    """Hugging Face tokenizers', tiktoken's and minbpe's encoding: over and over, the pair of
+    lowest rank present merges; a merge enabled by a later one applies after it."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     vocab = {"[UNK]": 0}
@@ -237,6 +248,7 @@ COUNT_HINT = (
 count_pairs = check(Spec(
     exercise="Exercise 1.1", title="count adjacent pairs", name="count_pairs",
     params=("word_freqs",), forms=(POSITIONAL,), reference=_count, hint=COUNT_HINT,
+    mutable=("word_freqs",),  # the text never says the table is left untouched
     cases=lambda: [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
     + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})],
     properties=(Property("pair counts", _same_counts),),
@@ -248,8 +260,8 @@ MERGE_INPUTS: list[tuple[Symbols, Pair]] = [
     (("a", "a", "a", "a", "a</w>"), ("a", "a")), (("a", "b", "a", "b", "c"), ("a", "b")),
     (("xa", "b", "c</w>"), ("a", "b")), (("a", "bc", "d</w>"), ("ab", "c")),
     (("ab", "c", "ab", "c</w>"), ("ab", "c")), (("n", "e", "w</w>"), ("x", "y")),
-    (("q</w>",), ("q", "q")), ((), ("a", "b")),
-]  # fmt: skip
+    (("q</w>",), ("q", "q")),
+]  # fmt: skip  (no empty word: the text never promises one)
 merge_pair = check(Spec(
     exercise="Exercise 1.2", title="merge one pair", name="merge_pair",
     params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge,
@@ -299,6 +311,8 @@ ENCODE_MERGES = [
     [("b", "c</w>"), ("a", "b")],
     [("a", "b"), ("ab", "ab"), ("b", "a"), ("a", "b</w>"), ("abab", "ab</w>")],
     [("a", "a"), ("aa", "a"), ("aa", "aa"), ("a", "a</w>")],
+    # a merge that only a later one makes possible: in order it never applies, by rank it does
+    [("ab", "c</w>"), ("l", "ow</w>"), ("a", "b"), ("o", "w</w>"), ("n", "e"), ("ne", "w</w>")],
     [],
 ]  # fmt: skip
 
@@ -326,6 +340,11 @@ bpe_encode = check(Spec(
     hint="Start from the word's characters, the last one marked with '</w>', and replay every "
     "merge in the order it was learned, each on the whole word.",
     domains={"word": Texts(base=lambda i: not i["word"].isascii(), hint=ACCENTS)},
+    mistakes=(Mistake(
+        "merging the lowest-ranked pair present first, over and over (as tokenizers and tiktoken "
+        "do)", "the merges applied in the order they were learned, each once, to the whole word",
+        _by_rank, "A merge that only a later merge makes possible never applies: one pass over "
+        "the list, in order."),),
 ))  # fmt: skip
 
 

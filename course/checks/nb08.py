@@ -23,7 +23,7 @@ from sklearn.metrics import accuracy_score, precision_score, recall_score
 from course import properties as prop
 from course.domains import Tensors
 from course.properties import OneOf, expect, generator
-from course.spec import Case, Property, Spec, check
+from course.spec import Case, Mistake, Property, Spec, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
@@ -427,9 +427,36 @@ def _sklearn_gaussians(features: torch.Tensor, labels: torch.Tensor) -> tuple[On
     else:
         lda = LinearDiscriminantAnalysis(solver="lsqr", store_covariance=True).fit(x, y)
         means, covariance = lda.means_, lda.covariance_
+    return _either(torch.as_tensor(means), torch.as_tensor(covariance))
+
+
+def _either(means: torch.Tensor, covariance: torch.Tensor) -> tuple[OneOf, OneOf]:
+    """Means and the covariance's inverse, as tensors or NumPy arrays of any float dtype."""
     either = ("torch.Tensor", "numpy.ndarray")
-    return (OneOf(torch.as_tensor(means), either, any_dtype=True),
-            OneOf(torch.as_tensor(np.linalg.inv(covariance)), either, any_dtype=True))  # fmt: skip
+    return (OneOf(means, either, any_dtype=True),
+            OneOf(torch.linalg.inv(covariance), either, any_dtype=True))  # fmt: skip
+
+
+def _centred_on(features: torch.Tensor, labels: torch.Tensor, own: bool, n: int) -> tuple:
+    """Means per intent and the inverse covariance of the rows centred on their own intent's mean
+    (or on the mean of all rows), divided by ``len(features) - n``: two known mistakes' results,
+    float64 tensors (a result in another form fails unnamed)."""
+    x = features.double()
+    means = torch.stack([x[labels == c].mean(0) for c in range(int(labels.max()) + 1)])
+    centred = x - (means[labels] if own else x.mean(0))
+    return means, torch.linalg.inv(centred.T @ centred / (len(x) - n))
+
+
+_SHARED = (
+    "one covariance of every row centred on the mean of its own intent, divided by N (the "
+    "maximum-likelihood estimate)"
+)
+GAUSSIAN_MISTAKES = (
+    Mistake("dividing by N - 1", _SHARED, lambda features, labels: _centred_on(
+        features, labels, True, 1)),
+    Mistake("centring every row on the mean of all rows", _SHARED,
+            lambda features, labels: _centred_on(features, labels, False, 0)),
+)  # fmt: skip
 
 
 fit_gaussians = check(
@@ -441,6 +468,7 @@ fit_gaussians = check(
         reference=_sklearn_gaussians,
         cases=_gaussian_cases,
         device=False,  # tensors or NumPy arrays: the text states no device
+        mistakes=GAUSSIAN_MISTAKES,
         properties=tuple(Property(**m) for m in prop.meanings(
             ("the means", lambda r: r[0], "the intent means", "the average vector of each "
              "intent, over that intent's rows: (C, D)"),

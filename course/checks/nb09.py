@@ -115,6 +115,9 @@ def _filter_cases() -> list[Case]:
          torch.randn(2, 9, generator=g), {"top_p": 0.02}),
         ("1000 tokens (top_p=1.0 keeps every token)", torch.randn(3, 1000, generator=g) * 3,
          {"top_p": 1.0}),
+        ("logits whose probabilities underflow to 0, top_p=1.0",
+         torch.tensor([[0.0, -200.0, 5.0, -150.0, 1.0], [3.0, 2.0, -300.0, 0.0, 1.0]]),
+         {"top_p": 1.0}),
         ("(3, 14) logits: top-k, then top-p of what is left", torch.randn(3, 14, generator=g) * 2,
          {"temperature": 1.5, "top_k": 6, "top_p": 0.7}),
         ("logits in the hundreds (their exp overflows)",
@@ -137,7 +140,12 @@ def _kept(logits: torch.Tensor, filters: Mapping[str, Any]) -> tuple[torch.Tenso
     if top_k is not None and top_k < scaled.size(-1):
         keep = scaled >= scaled.topk(top_k, dim=-1).values[..., -1:]
     undecided = torch.zeros_like(keep)
-    if top_p is not None and top_p < 1:  # p = 1 keeps everything: no rounding decides it
+    if top_p is not None and top_p >= 1:  # p = 1 keeps every token top-k kept; but a token whose
+        # probability is 0 in the logits' dtype adds nothing, so the smallest set that reaches p
+        # leaves it out (Hugging Face's filter does): either answer is right there
+        shown = scaled.to(logits.dtype).masked_fill(~keep, -math.inf)
+        undecided = keep & (torch.softmax(shown, dim=-1) == 0)
+    if top_p is not None and top_p < 1:
         probs = torch.softmax(scaled.masked_fill(~keep, -math.inf), dim=-1)
         before = ((probs.unsqueeze(-2) > probs.unsqueeze(-1)) * probs.unsqueeze(-2)).sum(-1)
         keep = keep & (before < top_p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,9 +17,10 @@ from torch import nn
 from course import properties as prop
 from course import spec
 from course.check import exercise_check, expect
-from course.checks.nb06 import _tiny_batch, _tiny_bert
-from course.properties import generator, observe, statistics
+from course.checks.nb06 import _tiny_batch, _tiny_bert, _Word
+from course.properties import generator, observe, seeded, statistics
 from course.spec import Build, Case, Property, judging, weights_for
+from course.virtual import VirtualDevice
 
 HINT = (
     "base(x) + (alpha / r) * dropout(x) @ lora_A.T @ lora_B.T, with lora_A (r, in_features) "
@@ -43,8 +45,8 @@ def _peft(base: nn.Linear, r: int, alpha: float, w: dict | None = None) -> nn.Mo
 
 
 def _reference(build: Build, w: dict, buffers: Any, x: torch.Tensor) -> torch.Tensor:
-    """peft's forward with the check's A and B as leaves (so gradients reach them)."""
-    layer = _peft(*(build.inputs[k] for k in ("base", "r", "alpha")))
+    """peft's forward, A and B as leaves, on a base of its own (loralib's eval() changes one)."""
+    layer = _peft(*(build.inputs[k] for k in ("pristine", "r", "alpha")))
     weights = {f"lora_{k}.default.weight": w[f"lora_{k}"] for k in "AB"}
     return torch.func.functional_call(layer, weights, (x,))
 
@@ -58,10 +60,10 @@ BUILDS = (
 )
 
 
-def _xs(k: int, i: int, shapes: tuple) -> list[Case]:
+def _xs(k: int, i: int, shapes: tuple, grad: bool) -> list[Case]:
     g = generator(k)
     return [
-        Case(f"x of shape {(*s, i)}", {"x": torch.randn(*s, i, generator=g)}, grad=not n)
+        Case(f"x of shape {(*s, i)}", {"x": torch.randn(*s, i, generator=g)}, grad=grad and not n)
         for n, s in enumerate(shapes)
     ]
 
@@ -70,8 +72,16 @@ def _builds() -> list[Build]:
     return [
         Build(
             f"Linear({i}, {o}, bias={b}), r={r}, alpha={a}, dropout={p}",
-            {"base": _linear(i, o, b, 700 + k), "r": r, "alpha": a, "dropout": p},
-            functools.partial(_xs, k, i, s),
+            {
+                "base": _linear(i, o, b, 700 + k),
+                "pristine": _linear(i, o, b, 700 + k),  # the reference's, whatever the module does
+                "r": r,
+                "alpha": a,
+                "dropout": p,
+            },
+            # gradients where training takes them, in train() mode: with dropout, whose masks
+            # differ from the reference's, not at all (loralib's eval() merges A and B away)
+            functools.partial(_xs, k, i, s, not p),
             deterministic=not p,
         )
         for k, (i, o, b, r, a, p, s) in enumerate(BUILDS)
@@ -106,7 +116,10 @@ def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
     update, full = (out - clean) / 2, clean + 2 * x @ w["lora_A"].T @ w["lora_B"].T
     inner = update @ torch.linalg.inv(w["lora_B"].T) @ torch.linalg.inv(w["lora_A"].T)
     if statistics.is_dropout_of(inner, x, 0.5):
-        return statistics.dropout_rate(inner.abs() < 1e-9, 0.5, what, HINT)
+        # zero as is_dropout_of reads it: a layer that merged A and B into its weight in float32
+        # and took them out again (loralib's eval() and train()) leaves a residue of about 1e-7
+        dropped = inner.abs() <= 1e-6 * x.abs().max()
+        return statistics.dropout_rate(dropped, 0.5, what, HINT)
     mistake = "the output is not base(x) + (alpha/r) B A dropout(x) for any dropout mask"
     if torch.allclose(out, full, atol=1e-6):
         mistake = "nothing was dropped: dropout acts in train() mode"
@@ -118,9 +131,17 @@ def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
 
 
 def _in_train(module: Any, case: Case, call: Any) -> Any:
+    """The module's output in train() mode, in float64; ``train()`` and the forward pass called
+    apart (``loralib``'s ``train()`` returns None)."""
     what = f"the module in train() mode, in float64, on {case.what}"
     x = case.inputs["x"].double()
-    return observe(what, lambda: copy.deepcopy(module).double().train()(x), random=True)
+
+    def run() -> Any:
+        twin = copy.deepcopy(module).double()
+        twin.train()
+        return twin(x)
+
+    return observe(what, run, random=True)
 
 
 LORA = spec.ModuleSpec(
@@ -150,25 +171,54 @@ LORA = spec.ModuleSpec(
 
 
 def _initial(cls: Any) -> dict[str, Any]:
-    module = cls(_linear(64, 48, True, 9), 8, 16.0)
+    """The state after ``__init__``: A, B, what trains, whether the caller's layer is the one
+    kept and frozen; A's and B's dtype and device on a float64 base and on the second device."""
+    base = _linear(64, 48, True, 9)
+    module = cls(base, 8, 16.0)
+    wide = cls(_linear(6, 5, True, 3).double(), 2, 4.0)
+    mode = VirtualDevice()
+    with mode:
+        there = cls(mode.tag(_linear(6, 5, True, 3)), 2, 4.0)
+        moved = [n for n in ("lora_A", "lora_B") if not mode.on_device(getattr(there, n))]
     return {
         "A": module.lora_A.detach().clone(),
         "B": module.lora_B.detach().clone(),
         "trainable": [n for n, p in module.named_parameters() if p.requires_grad],
+        "kept": getattr(module, "base", None) is base,
+        "caller": [f"base.{n}" for n, p in base.named_parameters() if p.requires_grad],
+        "float64": [n for n in ("lora_A", "lora_B") if getattr(wide, n).dtype != torch.float64],
+        "elsewhere": moved,
     }
+
+
+def _left_trainable(names: list[str]) -> str:
+    """What a trainable parameter outside A and B says, the mistake named."""
+    shown = ", ".join(f"`{n}`" for n in names[:3])
+    verb = "is" if len(names) == 1 else "are"
+    if all(n.endswith("bias") for n in names):
+        return f"{shown} {verb} still trainable: the base bias left trainable"
+    return f"{shown} {verb} still trainable: the base weight left trainable"
 
 
 @exercise_check(LORA.exercise, LORA.title, hint=HINT)
 def lora_linear(student_class: Any) -> None:
-    """The state after ``__init__`` (base frozen, B zero, A random), then the declared contract."""
+    """The state after ``__init__`` (the caller's base kept and frozen, B zero, A random, both
+    following the base's dtype and device), then the declared contract."""
     made = "LoRALinear(Linear(64, 48), r=8, alpha=16.0) after __init__"
     seen = observe(made, lambda: _initial(student_class), random=True)
     if judging():
-        leaked, A = [f"`{n}`" for n in seen["trainable"] if n[:5] != "lora_"], seen["A"]
+        A, leaked = seen["A"], [n for n in seen["trainable"] if n[:5] != "lora_"]
+        leaked += [n for n in seen["caller"] if n not in leaked]
         for right, symptom, violated in (
             (
+                seen["kept"],
+                "self.base is not the nn.Linear passed in (a copy, or a new layer): the "
+                "caller's layer is not the one wrapped",
+                "LoRA wraps the existing layer and keeps it as self.base",
+            ),
+            (
                 not leaked,
-                f"{', '.join(leaked)} still train: the base weight left trainable",
+                _left_trainable(leaked),
                 "LoRA freezes the base layer, weight and bias; only lora_A and lora_B train",
             ),
             (
@@ -181,6 +231,17 @@ def lora_linear(student_class: Any) -> None:
                 "lora_A is not drawn at random with every row non-zero",
                 "A random; with A and B both zero no gradient reaches either",
             ),
+            (
+                not seen["float64"],
+                f"on a float64 base layer, {' and '.join(seen['float64'])} not float64",
+                "A and B are created in the base weight's dtype",
+            ),
+            (
+                not seen["elsewhere"],
+                f"on a base layer on another device, {' and '.join(seen['elsewhere'])} stayed "
+                "on the CPU",
+                "A and B are created on the base weight's device",
+            ),
         ):
             expect(right, f"{made}: {symptom} (the property violated: {violated}).", HINT)
     spec.run_module(LORA, student_class)
@@ -189,64 +250,193 @@ def lora_linear(student_class: Any) -> None:
 lora_linear.spec = LORA  # type: ignore[attr-defined]
 
 
-def _inject(add_lora: Any, targets: tuple, k: int) -> dict[str, Any]:
-    model = _tiny_bert("sequence", 3, 0.0, 20 + k).eval()
-    batch = _tiny_batch(4, 8, "sequence", 3, k)
-    batch.pop("labels")
-    before = model(**batch).logits
-    returned = add_lora(model, targets, 2, 4.0)
-    wrapped = [n for n, m in model.named_modules() if isinstance(getattr(m, "base", 0), nn.Linear)]
-    return {
-        "returned": returned is model,
-        "before": before,
-        "after": model(**batch).logits,
-        "trainable": sorted(n for n, p in model.named_parameters() if p.requires_grad),
-        "wrapped": sorted(n for n in wrapped if hasattr(model.get_submodule(n), "lora_A")),
-    }
+# --- Exercise 10.2: add_lora --------------------------------------------------------------------
 
 
-@exercise_check(
-    "Exercise 10.2",
-    "add_lora",
-    hint="Freeze every parameter; wrap each nn.Linear whose last name is in targets, except the "
-    "head; unfreeze the head.",
+class _Wrapped(nn.Module):
+    """10.2's reference layer: 10.1's formula, A and B under the names the text gives them."""
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float, dropout: float) -> None:
+        super().__init__()
+        like = {"device": base.weight.device, "dtype": base.weight.dtype}
+        self.base, self.scale, self.dropout = base, alpha / r, nn.Dropout(dropout)
+        self.lora_A = nn.Parameter(torch.randn(r, base.in_features, **like))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, **like))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.scale * self.dropout(x) @ self.lora_A.T @ self.lora_B.T
+
+
+def _add_lora(
+    model: nn.Module, targets: tuple, r: int, alpha: float, dropout: float = 0.0
+) -> nn.Module:
+    """The text's three steps."""
+    model.requires_grad_(False)
+    names = [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear) and n.split(".")[-1] in targets and n != "classifier"
+    ]
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        owner = model.get_submodule(parent)
+        setattr(owner, child, _Wrapped(getattr(owner, child), r, alpha, dropout))
+    model.classifier.requires_grad_(True)
+    return model
+
+
+# targets, dropout, dtype: the head named in targets, targets that are non-final parts of names
+# ("self", "output"), a dropout that must reach the layers, a float64 model
+ADD_CASES = (
+    (("query", "value"), 0.0, torch.float32),
+    (("query", "key", "value", "dense"), 0.0, torch.float32),
+    (("dense", "classifier"), 0.0, torch.float32),
+    (("self", "output", "query"), 0.0, torch.float32),
+    (("query", "value"), 0.5, torch.float64),
 )
-def add_lora(student: Any) -> None:
-    """On a tiny BERT: the wrapped layers, the trainable parameters, the outputs unchanged."""
-    for k, targets in enumerate((("query", "value"), ("query", "key", "value", "dense"))):
-        what = f"add_lora(a 1-layer BERT, targets={targets}, r=2, alpha=4.0)"
-        seen = observe(what, lambda t=targets, k=k: _inject(student, t, k), random=True)
-        if not judging():
-            continue
-        model = _tiny_bert("sequence", 3, 0.0, 20 + k)
-        wanted = [n for n, m in model.named_modules() if n.split(".")[-1] in targets]
-        wanted = sorted(n for n in wanted if isinstance(model.get_submodule(n), nn.Linear))
-        head = {"classifier.weight", "classifier.bias"}
-        expected = {f"{n}.lora_{c}" for n in wanted for c in "AB"} | head
-        extra = sorted(set(seen["trainable"]) - expected)
-        missing = sorted(expected - set(seen["trainable"]))
-        for right, message in (
-            (
-                "classifier" not in seen["wrapped"],
-                "LoRA on the head: the classifier is new, so it trains in full and is never "
-                "wrapped",
-            ),
-            (
-                seen["wrapped"] == wanted,
-                f"it wrapped {seen['wrapped']}, expected {wanted}: every nn.Linear whose last "
-                "name is in targets, and nothing else",
-            ),
-            (not extra, f"{extra[:3]} still train: all but A, B and the head is frozen"),
-            (not missing, f"{missing[:3]} do not train (the head trains in full)"),
-            (seen["returned"], "it did not return the model it changed"),
-        ):
-            expect(right, f"{what}: {message}.")
-        prop.expect_result(
-            seen["after"],
-            seen["before"],
-            f"{what}: the logits right after it (B is zero, so they equal the model's before)",
-        )
 
+
+def _add_cases() -> list[Case]:
+    return [
+        Case(
+            f"a 1-layer BERT{' in float64' if dtype == torch.float64 else ''}, targets={t}",
+            {"model": _Word("model"), "targets": t, "r": 2, "alpha": 4.0, "dropout": p, "k": k},
+            compare=False,
+        )
+        for k, (t, p, dtype) in enumerate(ADD_CASES)
+    ]
+
+
+@functools.cache
+def _bert(k: int) -> nn.Module:
+    """Case ``k``'s tiny BERT, built once (about 25 ms); every run gets a copy."""
+    return _tiny_bert("sequence", 3, 0.0, 20 + k).to(ADD_CASES[k][2]).eval()
+
+
+def _fresh_model(inputs: dict) -> list[dict]:  # Spec.calls: one call, on a fresh copy
+    return [{**inputs, "model": copy.deepcopy(_bert(inputs["k"]))}]
+
+
+def _dropout_reaches(model: nn.Module, batch: dict) -> bool:
+    """With every lora_B non-zero, whether train() mode changes the logits (the model's own
+    dropout is 0, so only the LoRA layers' dropout can)."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.fill_(1.0)
+        model.train()
+        trained = model(**batch).logits
+        model.eval()
+        return not torch.allclose(trained, model(**batch).logits)
+
+
+def _add_watch(inputs: dict, k: int, code: Callable, *args: Any, **kwargs: Any) -> dict:
+    """What add_lora did to the model: the layers replaced (a name whose module changed), those
+    replaced by a module that does not hold the layer it replaced, what trains, the logits right
+    after, whether its dropout acts in train() mode."""
+    model = inputs["model"]
+    batch = _tiny_batch(4, 8, "sequence", 3, inputs["k"])
+    batch.pop("labels")
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    with seeded(k):  # LoRALinear draws A, dropout draws masks: from a fork of the generator
+        returned = code(*args, **kwargs)
+        now = dict(model.named_modules())
+        replaced = sorted(n for n, m in linears.items() if now.get(n) is not m)
+        held = sorted(n for n in replaced if not any(s is linears[n] for s in now[n].modules()))
+        with torch.no_grad():
+            logits = model(**batch).logits
+        return {
+            "result": None,
+            "returned": returned is model,
+            "replaced": replaced,
+            "copies": held,
+            "trainable": sorted(n for n, p in model.named_parameters() if p.requires_grad),
+            "logits": logits,
+            "dropout": _dropout_reaches(model, batch),
+        }
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names[:3]) + (" ..." if len(names) > 3 else "")
+
+
+def _judge_add(case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """Each way of going wrong, named; the text's own words for what is right."""
+    mine, ours, targets = got[0], expected[0], case.inputs["targets"]
+    replaced, wanted = mine["replaced"], ours["replaced"]
+    extra = [n for n in replaced if n not in wanted]
+    inner = [n for n in extra if set(n.split(".")[:-1]) & set(targets)]
+    extra_trains = [n for n in mine["trainable"] if n not in ours["trainable"]]
+    frozen = [n for n in ours["trainable"] if n not in mine["trainable"]]
+    head = [n for n in frozen if n.startswith("classifier.")]
+    for right, message in (
+        (
+            "classifier" not in replaced,
+            "LoRA on the head: `classifier` was replaced; the task head is new, so it trains "
+            "in full and is never wrapped, even when targets name it",
+        ),
+        (
+            not inner,
+            f"it replaced {_listed(inner)}, where a target is a non-final part of the name: "
+            "only the name's last part is matched against targets",
+        ),
+        (
+            replaced == wanted,
+            f"it replaced {_listed(replaced) if replaced else 'no layer'}, expected "
+            f"{_listed(wanted)}: every nn.Linear whose name's last part is in targets, and "
+            "nothing else",
+        ),
+        (
+            not mine["copies"],
+            f"{_listed(mine['copies'])} was replaced by a module that does not hold the model's "
+            "own nn.Linear: LoRALinear wraps the layer it replaces (a copy leaves the "
+            "pretrained one behind)",
+        ),
+        (
+            not extra_trains,
+            f"{_listed(extra_trains)} still train{'s' if len(extra_trains) == 1 else ''}: "
+            "every parameter is frozen but lora_A, lora_B and the head",
+        ),
+        (not head, "the head `classifier` does not train: it is new, so it trains in full"),
+        (not frozen, f"{_listed(frozen)} do not train: lora_A and lora_B of each wrapped layer do"),
+        (mine["returned"], "it did not return the model it changed"),
+        (
+            mine["dropout"] == ours["dropout"],
+            "the dropout argument did not reach the LoRA layers: in train() mode, with B "
+            "non-zero, the outputs equal eval()'s"
+            if ours["dropout"]
+            else "with dropout=0, train() mode changes the outputs",
+        ),
+    ):
+        expect(right, f"{case.what}: {message}.")
+    prop.expect_result(
+        mine["logits"],
+        ours["logits"],
+        f"{case.what}: the logits right after it (B is zero, so they equal the model's before)",
+    )
+
+
+add_lora = spec.check(
+    spec.Spec(
+        exercise="Exercise 10.2",
+        title="add_lora",
+        name="add_lora",
+        params=("model", "targets", "r", "alpha", "dropout"),
+        defaults={"dropout": 0.0},
+        mutable=("model",),  # the text: it changes model in place
+        reference=_add_lora,
+        cases=_add_cases,
+        calls=_fresh_model,
+        watch=_add_watch,
+        properties=(Property("the layers wrapped and what trains", _judge_add),),
+        device=False,  # A and B follow the base layer: 10.1's check
+        hint="Freeze every parameter; wrap each nn.Linear whose name's last part is in targets, "
+        "except the head; unfreeze the head.",
+    )
+)
+
+
+# --- Exercise 10.3: merge and unmerge -----------------------------------------------------------
 
 MERGES = ((6, 5, True, 2, 4.0), (8, 3, False, 4, 1.0))  # in, out, bias, r, alpha
 
@@ -264,84 +454,167 @@ def _out(layer: SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
     return (layer.base(x) + layer.scale * x @ layer.lora_A.T @ layer.lora_B.T).detach()
 
 
-def _merge_run(merge: Any, unmerge: Any, k: int) -> dict[str, Any]:
-    layer, x = _layer(k), torch.randn(3, MERGES[k][0])
-    out = merge(layer)
-    weight = layer.base.weight
-    merged = {
-        "is_base": out is layer.base,
-        "weight": weight.detach().clone(),
-        "leaf": weight.is_leaf and not weight.requires_grad,
-        "y": out(x).detach() if isinstance(out, nn.Module) else None,
+def _peft_merge(layer: SimpleNamespace) -> nn.Linear:
+    """peft's merge() of the same weights, written into the layer's own weight."""
+    merged = _peft(layer.base, layer.r, layer.alpha, {"A": layer.lora_A, "B": layer.lora_B})
+    merged.merge()
+    with torch.no_grad():
+        layer.base.weight.copy_(merged.base_layer.weight)
+    return layer.base
+
+
+@torch.no_grad()
+def _unmerge(layer: SimpleNamespace) -> None:
+    layer.base.weight -= layer.scale * layer.lora_B @ layer.lora_A
+
+
+def _merge_cases() -> list[Case]:
+    return [
+        Case(
+            f"a LoRALinear(Linear({i}, {o}), r={r}, alpha={alpha})",
+            {"layer": _Word("layer"), "k": k},
+            compare=False,
+        )
+        for k, (i, o, _, r, alpha) in enumerate(MERGES)
+    ]
+
+
+def _merge_calls(inputs: dict) -> list[dict]:
+    """merge, then unmerge, of one layer."""
+    layer, x = _layer(inputs["k"]), torch.randn(3, MERGES[inputs["k"]][0], generator=generator(9))
+    return [{**inputs, "layer": layer, "x": x}, {**inputs, "layer": layer, "x": x}]
+
+
+def _merge_watch(inputs: dict, k: int, code: tuple, layer: Any) -> dict:
+    """Call ``k``: merge (``code[0]``), then unmerge (``code[1]``); what each left."""
+    x, weight = inputs["x"], layer.base.weight
+    out = code[k](layer)
+    now = layer.base.weight
+    seen = {"result": None, "weight": now.detach().clone(), "in place": now is weight}
+    if k == 1:
+        return {**seen, "output": _out(layer, x)}
+    return {
+        **seen,
+        "is base": out is layer.base,
+        "frozen leaf": now.is_leaf and not now.requires_grad,
+        "output": out(x).detach() if isinstance(out, nn.Module) else None,
     }
-    unmerge(layer)
-    weight = layer.base.weight.detach().clone()
-    return {"x": x, "merged": merged, "weight": weight, "y": _out(layer, x)}
 
 
-@exercise_check(
-    "Exercise 10.3",
-    "merge and unmerge",
-    hint="merge: base.weight += scale * lora_B @ lora_A under torch.no_grad(), return "
-    "layer.base; unmerge subtracts it.",
+def _judge_merge(case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """The named mistakes; then peft's merged weight, the merged layer's output, unmerge's."""
+    merged, unmerged, layer = got[0], got[1], _layer(case.inputs["k"])
+    what = f"{case.what}: after merge"
+    for right, message in (
+        (
+            merged["is base"],
+            "merge did not return layer.base, the same nn.Linear with the update folded in "
+            "(no extra layer)",
+        ),
+        (
+            merged["in place"],
+            "base.weight is a new tensor: merge adds to base.weight in place, so that whatever "
+            "holds the weight (an optimizer built before) still holds it",
+        ),
+        (
+            merged["frozen leaf"],
+            "base.weight requires grad or is no longer a leaf: merge in place under "
+            "torch.no_grad()",
+        ),
+        (unmerged["in place"], "unmerge left a new tensor as base.weight: it subtracts in place"),
+    ):
+        expect(right, f"{what}: {message}.")
+    for factor, name in (
+        (1.0, "merge without the scale alpha/r"),
+        (layer.alpha, "merge scaled by alpha instead of alpha/r"),
+        (0.0, "merge left base.weight as it was"),
+    ):
+        wrong = (layer.base.weight + factor * layer.lora_B @ layer.lora_A).detach()
+        expect(
+            not torch.allclose(merged["weight"], wrong, atol=1e-6),
+            f"{what}: {name} (the property violated: merge equivalence).",
+        )
+    for got_value, want, said in (
+        (merged["weight"], expected[0]["weight"], "base.weight after merge (peft's merge)"),
+        (merged["output"], expected[0]["output"], "the merged layer's output"),
+        (unmerged["weight"], expected[1]["weight"], "base.weight after unmerge"),
+        (unmerged["output"], expected[1]["output"], "the layer's output after unmerge"),
+    ):
+        prop.expect_result(got_value, want, f"{case.what}: {said}")
+
+
+merge = spec.check(
+    spec.Spec(
+        exercise="Exercise 10.3",
+        title="merge and unmerge",
+        name="merge",
+        params=("layer",),
+        mutable=("layer",),  # the text: both change the layer in place
+        reference=(_peft_merge, _unmerge),  # type: ignore[arg-type]
+        together=True,  # the check cell passes merge and unmerge
+        cases=_merge_cases,
+        calls=_merge_calls,
+        watch=_merge_watch,
+        properties=(Property("merge in place, unmerge its inverse", _judge_merge),),
+        device=False,
+        hint="merge: base.weight += scale * lora_B @ lora_A under torch.no_grad(), return "
+        "layer.base; unmerge subtracts it.",
+    )
 )
-def merge(merge_fn: Any, unmerge_fn: Any) -> None:
-    """peft's merge of the same weights; the merged layer computes the layer's; unmerge undoes."""
-    for k, (i, o, _, r, alpha) in enumerate(MERGES):
-        what = f"merge, then unmerge, of a LoRALinear(Linear({i}, {o}), r={r}, alpha={alpha})"
-        seen = observe(what, lambda k=k: _merge_run(merge_fn, unmerge_fn, k), random=True)
-        if not judging():
-            continue
-        layer, m = _layer(k), seen["merged"]
-        expect(
-            m["is_base"],
-            f"{what}: merge did not return layer.base, the same nn.Linear with the update folded "
-            "in (no extra layer).",
-        )
-        expect(
-            m["leaf"],
-            f"{what}: after merge, base.weight requires grad or is no longer a leaf: merge in "
-            "place under torch.no_grad().",
-        )
-        for factor, name in (
-            (1.0, "merge without the scale alpha/r"),
-            (alpha, "merge scaled by alpha instead of alpha/r"),
-            (0.0, "merge left base.weight as it was"),
-        ):
-            wrong = (layer.base.weight + factor * layer.lora_B @ layer.lora_A).detach()
-            expect(
-                not torch.allclose(m["weight"], wrong, atol=1e-6),
-                f"{what}: {name} (the property violated: merge equivalence).",
-            )
-        ref = _peft(layer.base, r, alpha, {"A": layer.lora_A, "B": layer.lora_B})
-        ref.merge()
-        before = _out(layer, seen["x"])
-        for got, expected, said in (
-            (
-                m["weight"],
-                ref.base_layer.weight,
-                "base.weight after merge (peft's merge of the same weights)",
-            ),
-            (m["y"], before, "the merged layer's output"),
-            (seen["weight"], layer.base.weight, "base.weight after unmerge"),
-            (seen["y"], before, "the layer's output after unmerge"),
-        ):
-            prop.expect_result(got, expected.detach(), f"{what}: {said}")
+
+
+# what, the optimizer, whether it steps once: AdamW with amsgrad first, where each known mistake
+# gives its own wrong total (on plain AdamW two of them give the same one)
+OPTIMIZERS = (
+    ("AdamW with amsgrad after one step", lambda p: torch.optim.AdamW(p, 0.1, amsgrad=True), True),
+    ("AdamW after one step", lambda p: torch.optim.AdamW(p, lr=0.1), True),
+    ("SGD with momentum after one step", lambda p: torch.optim.SGD(p, 0.1, 0.9), True),
+    ("AdamW before a step", lambda p: torch.optim.AdamW(p, lr=0.1), False),
+)
 
 
 def _optimizer(k: int) -> torch.optim.Optimizer:
-    """AdamW, SGD with momentum (one step each), AdamW before any, on a float64 model with a
-    frozen layer (no state for it)."""
+    """``OPTIMIZERS[k]`` on a float64 model with a frozen layer (no state for it)."""
+    _, make, step = OPTIMIZERS[k]
     model = nn.Sequential(nn.Linear(5, 4), nn.Linear(4, 2).requires_grad_(False)).double()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, 0.1, 0.9) if k == 1 else torch.optim.AdamW(params, lr=0.1)
+    opt = make([p for p in model.parameters() if p.requires_grad])
     model(torch.randn(3, 5, dtype=torch.float64)).sum().backward()
-    return opt.step() or opt if k < 2 else opt
+    return opt.step() or opt if step else opt
+
+
+def _state_tensors(optimizer: torch.optim.Optimizer) -> list[tuple[str, torch.Tensor]]:
+    return [(k, v) for s in optimizer.state.values() for k, v in s.items() if torch.is_tensor(v)]
 
 
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    tensors = [v for s in optimizer.state.values() for v in s.values()]
-    return sum(v.numel() * v.element_size() for v in tensors if isinstance(v, torch.Tensor))
+    return sum(v.numel() * v.element_size() for _, v in _state_tensors(optimizer))
+
+
+def _parameter_bytes(optimizer: torch.optim.Optimizer) -> int:
+    return sum(p.nbytes for group in optimizer.param_groups for p in group["params"])
+
+
+_TEXT = "the bytes of every tensor in optimizer.state"
+STATE_MISTAKES = (  # in the order they are told apart on the first case (AdamW with amsgrad)
+    spec.Mistake(
+        "leaving out the step counters",
+        f"{_TEXT}, the step counters too",
+        lambda optimizer: sum(v.nbytes for k, v in _state_tensors(optimizer) if k != "step"),
+    ),
+    spec.Mistake(
+        "twice the bytes of the trainable parameters",
+        f"{_TEXT}, read from the state (AdamW with amsgrad keeps three per parameter, SGD one)",
+        lambda optimizer: 2 * _parameter_bytes(optimizer),
+    ),
+    spec.Mistake(
+        "the bytes of the parameters", f"{_TEXT}, not of the parameters", _parameter_bytes
+    ),
+    spec.Mistake(
+        "counting entries, not bytes",
+        f"{_TEXT}: numel() * element_size()",
+        lambda optimizer: sum(v.numel() for _, v in _state_tensors(optimizer)),
+    ),
+)
 
 
 optimizer_state_bytes = spec.check(
@@ -353,11 +626,9 @@ optimizer_state_bytes = spec.check(
         device=False,
         reference=_state_bytes,
         cases=lambda: [
-            Case(what, {"optimizer": _optimizer(k)})
-            for k, what in enumerate(
-                ("AdamW after one step", "SGD with momentum after one step", "AdamW before a step")
-            )
+            Case(what, {"optimizer": _optimizer(k)}) for k, (what, *_) in enumerate(OPTIMIZERS)
         ],
+        mistakes=STATE_MISTAKES,
         hint="Sum numel() * element_size() over every tensor in every dict of "
         "optimizer.state.values(); return an int.",
     )

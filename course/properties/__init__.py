@@ -48,7 +48,8 @@ def seeded(offset: int = 0) -> Iterator[None]:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Exact equality of plain data (tensors: same dtype, shape and values, NaN equal to NaN)."""
+    """Exact equality of plain data (tensors and floats: NaN equal to NaN; tensors of the same
+    dtype, shape and values)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
@@ -63,6 +64,8 @@ def same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, Foreign) and isinstance(b, Foreign):
         return (a.type_name, a.base) == (b.type_name, b.base) and same(a.value, b.value)
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:  # NaN, NaN: alike
+        return type(a) is type(b)
     return type(a) is type(b) and a == b
 
 
