@@ -265,7 +265,7 @@ def read_zip(
 
     With ``expand=False`` a zip inside is returned as one file instead of being read. Every
     entry refused is a line of ``problems``; with ``refused``, also ``(its own name, the line)``,
-    so a class zip can say whose notebook it was (:func:`refusals`).
+    so a class zip can say whose notebook it was (:func:`class_students`).
     """
     found: list[Found] = []
     try:
