@@ -4,7 +4,7 @@ One class, graded once by :func:`course.classroom.grade_class` (notebook 00 only
 honest control (0.1 right) and a wrong one (0.1 wrong) beside hand-ins whose *names* attack the
 outputs. Each hostile hand-in's notebook is itself right, so each must earn exactly its point:
 
-* ``z\\victim`` beside ``z_victim``, and ``z?victim`` (which maps to ``z_victim``'s file name):
+* ``z\\victim`` beside ``z_victim``, and ``z?victim`` beside ``z*victim`` (one file name):
   no crash, one feedback file each, the collision named in both rows;
 * ``.hidden``: skipped, and said so on the terminal and in ``OUT/skipped.txt``;
 * ``=2+5+cmd|x!A1`` and ``@SUM(A1)``: a spreadsheet never evaluates their cells;
@@ -58,6 +58,7 @@ NAMES = {  # folder -> points its notebook earns
     "z\\victim": 1,
     "z_victim": 1,
     "z?victim": 1,
+    "z*victim": 1,  # its file name is z?victim's
     "=2+5+cmd|x!A1": 1,
     "@SUM(A1)": 1,
     EVIL: 1,
@@ -154,11 +155,11 @@ def test_every_hostile_name_earns_exactly_its_point(graded):
 
 def test_one_feedback_file_per_student_and_collisions_named_in_both_rows(graded):
     assert len(graded["feedback"]) == len(graded["rows"])
-    for student in ("z?victim", "z_victim"):
+    for student in ("z?victim", "z*victim"):
         flags = graded["rows"][student]["flags"]
         assert "file name shared with" in flags and "feedback/" in flags, flags
     assert "file name shared" not in graded["rows"]["ada"]["flags"]
-    files = {graded["rows"][s]["flags"].rsplit("feedback/", 1)[1] for s in ("z?victim", "z_victim")}
+    files = {graded["rows"][s]["flags"].rsplit("feedback/", 1)[1] for s in ("z?victim", "z*victim")}
     assert len(files) == 2 and files <= {f"{n}" for n in graded["feedback"]}
 
 
