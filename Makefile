@@ -17,7 +17,7 @@ SOLUTIONS ?= 1
 HUB       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade sandbox release gradescope clean site check-site diagrams
+.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade report sandbox release gradescope clean site check-site diagrams
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -83,6 +83,11 @@ grade: setup ## Grade a class: make grade SUBMISSIONS=dir|zip OUT=dir [JOBS=1] [
 	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [TIMEOUT=seconds per exercise] [POINTS=file.json] [MANUAL=file.csv]"; exit 1; }
 	$(BIN)/python -m course.classroom grade --submissions $(SUBMISSIONS) --out $(OUT) -j $(or $(JOBS),1) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(POINTS),--points $(POINTS),) $(if $(MANUAL),--manual $(MANUAL),)
 	$(BIN)/python -m course.classroom verify $(OUT)
+	@echo "What the class got wrong, by named mistake: make report OUT=$(OUT) [NAMES=1]"
+
+report: setup ## What a graded class got wrong, by named mistake: make report OUT=dir [NAMES=1]
+	@test -n "$(OUT)" || { echo "usage: make report OUT=<the folder make grade wrote> [NAMES=1: name the students]"; exit 1; }
+	$(BIN)/python -m course.grading.report "$(OUT)" $(if $(filter 1,$(NAMES)),--names,)
 
 sandbox: setup ## How student code is fenced in on this machine (needs bubblewrap: apt-get install bubblewrap)
 	$(BIN)/python -m course.grading.sandbox

@@ -696,6 +696,10 @@ def grade_class(
             writer.writerow([names.csv_cell(cell) for cell in row])
             files[feedback_file] = names.text(feedback(g, points, mine, asked))
         files["grades.csv"] = file.getvalue()
+    # What `make report` counts: the same trusted results as the grades, never a second run.
+    from course.grading.report import RECORDS, records_json
+
+    files[RECORDS] = records_json((g.student, g.results) for g in graded)
     if skipped:
         files["skipped.txt"] = names.text("".join(f"{line}\n" for line in skipped))
     files.update({k: names.text(v) for k, v in written_files(graded, asked).items()})
