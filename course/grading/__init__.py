@@ -18,7 +18,9 @@ The verdict is reached where student code never runs. One job per module:
 * :mod:`~course.grading.verdict`     the trusted side: checks imported before any student process,
   each record replayed by the trusted check, honest rows for what is missing, forbidden imports
   scored 0, ``results.json``;
-* :mod:`~course.grading.engine`      the pipeline: :func:`grade_notebook`, :func:`grade_file`.
+* :mod:`~course.grading.engine`      the pipeline: :func:`grade_notebook`, :func:`grade_file`;
+* :mod:`~course.grading.report`      the class report (``make report``): ``records.json``, which
+  grading writes beside the grades, read back into ``report.html`` and ``report.csv``.
 
 Statuses per exercise (:mod:`course.contract`): passed, failed, not implemented (the checks'
 own), error (the check could not run: the answer cell broke, the kernel died, the file is not a
