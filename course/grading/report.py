@@ -16,9 +16,10 @@ again: the counts are those of the grades. It writes, beside them:
 Students are "student 1..N" (a stable order that tells nothing of their names) unless
 ``--names``: instructors project this page in class.
 
-A Gradescope export cannot be read back: its grade CSV holds one score per question and its
-submission export holds the students' files, neither the checks' named mistakes. Grade the
-exported submissions with ``make grade`` instead (:data:`GRADESCOPE_EXPORT`).
+A Gradescope export is not read: its grades hold a score per question, and what the autograder
+said per exercise comes back, at best, as text, in which a hand-in's own words (printed, raised)
+stand beside the check's; counting mistakes from that text would let a hand-in move the counts.
+Grade the exported submissions with ``make grade`` instead (:data:`GRADESCOPE_EXPORT`).
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ STATES = {
     MISSING: "not started",
 }
 GRADESCOPE_EXPORT = (
-    "{out} holds a Gradescope export, not what `make grade` writes. Its results cannot be read "
-    "back into this report: Gradescope's grade export has one score per question and its "
-    "submission export has the students' files, neither the checks' named mistakes. Grade the "
+    "{out} holds a Gradescope export, not what `make grade` writes. The report does not read "
+    "it: Gradescope keeps a score per question, and the checks' named mistakes only as text "
+    "beside what the hand-in printed, which would let a hand-in move the counts. Grade the "
     "exported submissions here (`make grade SUBMISSIONS=<the export's zip> OUT=<folder>`), "
     "then `make report OUT=<folder>`."
 )
@@ -269,11 +270,11 @@ def report_csv(exercises: dict[str, Exercise]) -> str:
 
 STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1f2328; --muted: #59636e;
-  --line: #d1d9e0; --passed: #1a7f37; --failed: #cf222e; --not-started: #d1d9e0;
-  --bar: #0969da; }
+  --line: #d1d9e0; --passed: #0969da; --failed: #bc4c00; --not-started: #d1d9e0;
+  --idle: #6e7781; }
 @media (prefers-color-scheme: dark) {
   :root { --bg: #0d1117; --fg: #e6edf3; --muted: #9198a1; --line: #3d444d;
-    --passed: #3fb950; --failed: #f85149; --not-started: #3d444d; --bar: #4493f8; }
+    --passed: #4493f8; --failed: #f0883e; --not-started: #3d444d; --idle: #9198a1; }
 }
 body { background: var(--bg); color: var(--fg); font: 15px/1.5 system-ui, sans-serif;
   max-width: 1100px; margin: 2em auto; padding: 0 1em; }
@@ -281,7 +282,7 @@ h1, h2, h3 { line-height: 1.25; }
 .muted { color: var(--muted); }
 svg text { fill: var(--fg); font: 12px system-ui, sans-serif; }
 svg .passed { fill: var(--passed); } svg .failed { fill: var(--failed); }
-svg .not-started { fill: var(--not-started); } svg .bar { fill: var(--bar); }
+svg .not-started { fill: var(--not-started); } svg .idle { fill: var(--idle); }
 svg .track { fill: var(--line); }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 th, td { border-bottom: 1px solid var(--line); padding: 0.25em 0.75em; text-align: left;
@@ -337,8 +338,9 @@ def _label_key(label: str) -> tuple:
     return (0, int(number), "") if number.isdigit() else (1, 0, label)
 
 
-def bars(rows: list[tuple[str, float, str]], what: str) -> str:
-    """A horizontal bar per ``(label, fraction 0..1, the value in words)``."""
+def bars(rows: list[tuple[str, float, str]], what: str, colour: str) -> str:
+    """A horizontal bar per ``(label, fraction 0..1, the value in words)``, of the class
+    ``colour`` (passed, idle)."""
     line, left, span = 20, 190, 360
     width, height = left + span + 150, line * len(rows) + 10
     parts = [
@@ -350,7 +352,7 @@ def bars(rows: list[tuple[str, float, str]], what: str) -> str:
         parts.append(f'<text x="{left - 8}" y="{y + 12}" text-anchor="end">{_e(label)}</text>')
         parts.append(f'<rect class="track" x="{left}" y="{y + 2}" width="{span}" height="12"/>')
         parts.append(
-            f'<rect class="bar" x="{left}" y="{y + 2}" width="{span * fraction:.1f}" height="12">'
+            f'<rect class="{colour}" x="{left}" y="{y + 2}" width="{span * fraction:.1f}" height="12">'
             f"<title>{_e(label)}: {_e(said)}</title></rect>"
         )
         parts.append(f'<text x="{left + span + 8}" y="{y + 12}">{_e(said)}</text>')
@@ -443,13 +445,13 @@ def report_html(
         key,
         f"<figure>{heat_map(records, order, shown)}</figure>",
         "<h2>Pass rate per exercise</h2>",
-        f"<figure>{bars(rates, 'pass rate per exercise')}</figure>",
+        f"<figure>{bars(rates, 'pass rate per exercise', 'passed')}</figure>",
         "<h2>What failing answers got wrong</h2>",
         "<p class='muted'>Each failed answer counts once: under the named mistake it matched, "
         "else under the property it violated.</p>",
         *_mistake_tables(exercises),
         "<h2>Exercises most left not started</h2>",
-        f"<figure>{bars(idle_rows, 'exercises left not started')}</figure>"
+        f"<figure>{bars(idle_rows, 'exercises left not started', 'idle')}</figure>"
         if idle_rows
         else "<p class='muted'>Every exercise was started by everyone.</p>",
         "</body></html>",
