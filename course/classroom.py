@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
-import io
 import json
 import multiprocessing
 import os
@@ -615,17 +614,24 @@ def written_files(graded: list[Graded], asked: list[Question]) -> dict[str, str]
         lines += [f"> {x}" if x else ">" for x in q.prompt.splitlines()[1:]] + [""]
         for g in graded:
             answer = g.written.get(q.id, "")
-            lines += [f"## {g.student}", "", answer or "*(no answer)*", ""]
+            # quoted: an answer's own "## someone" can never open another student's section
+            lines += [f"## {g.student}", "", *names.quoted_answer(answer or "*(no answer)*"), ""]
         written[f"written/Question_{q.id}.md"] = "\n".join(lines).rstrip() + "\n"
     return written
 
 
-def class_handins(submissions: Path, templates: list[Path]) -> list[handins.Handin]:
-    """Every student's hand-in in a class folder."""
-    return [
-        read_handin(student, paths, submissions, templates)
-        for student, paths in handins.students(submissions).items()
-    ]
+def class_handins(
+    submissions: Path, templates: list[Path], refused: list[tuple[str, str]] = ()
+) -> list[handins.Handin]:
+    """Every student's hand-in in a class folder; ``refused``: the class zip's refused entries,
+    each among its student's problems (a student with nothing else gets rows that say why)."""
+    found, said = handins.class_students(submissions, refused)
+    everyone = []
+    for student, paths in found.items():
+        handin = read_handin(student, paths, submissions, templates)
+        handin.problems = said.get(student, []) + handin.problems
+        everyone.append(handin)
+    return everyone
 
 
 def grade_class(
@@ -649,15 +655,17 @@ def grade_class(
     asked = all_questions(templates)
     points = load_points(points_file, items)
     with tempfile.TemporaryDirectory(prefix="course-class-") as unpacked:
+        refused: list[tuple[str, str]] = []
         if submissions.is_file():  # the whole class as one zip (an LMS bulk download)
-            submissions = _unpack_class(submissions, Path(unpacked))
-        everyone = class_handins(submissions, templates)
+            submissions = _unpack_class(submissions, Path(unpacked), refused)
+        everyone = class_handins(submissions, templates, refused)
         manual = load_manual(manual_file, items, [h.student for h in everyone])
 
         skipped = [
             f"{name} (a hidden or system entry of the class folder)"
             for name in (handins.skipped_entries(submissions))
         ]
+        skipped += [f"{line} (an entry of the class zip)" for _, line in refused]
         for handin in everyone:
             skipped += [f"{handin.student}: {where}" for where in handin.skipped]
         for line in skipped:
@@ -677,25 +685,22 @@ def grade_class(
     # Every student process has ended: OUT is written now, by the grader alone, in one go.
     files: dict[str, str] = {}
     file_names, collided = names.file_names([g.student for g in graded])
-    with io.StringIO(newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(["student", *items, "total", "flags"])
-        for g in graded:
-            mine = manual.get(g.student, {})
-            decided = scored(g, points, mine, asked)
-            by_id = {x.item: x.earned for x in decided}
-            cells = ["" if by_id.get(c) is None else f"{by_id[c]:g}" for c in items]
-            earned = total(decided)[0]
-            flags = flags_text(decided)
-            feedback_file = f"feedback/{file_names[g.student]}.md"
-            if g.student in collided:  # named in both rows: whose file is whose
-                others = ", ".join(collided[g.student])
-                note = f"file name shared with {others}: this student's feedback is {feedback_file}"
-                flags = f"{flags}; {note}" if flags else note
-            row = [g.student, *cells, f"{earned:g}", flags]
-            writer.writerow([names.csv_cell(cell) for cell in row])
-            files[feedback_file] = names.text(feedback(g, points, mine, asked))
-        files["grades.csv"] = file.getvalue()
+    rows: list[list[object]] = [["student", *items, "total", "flags"]]
+    for g in graded:
+        mine = manual.get(g.student, {})
+        decided = scored(g, points, mine, asked)
+        by_id = {x.item: x.earned for x in decided}
+        cells = ["" if by_id.get(c) is None else f"{by_id[c]:g}" for c in items]
+        earned = total(decided)[0]
+        flags = flags_text(decided)
+        feedback_file = f"feedback/{file_names[g.student]}.md"
+        if g.student in collided:  # named in both rows: whose file is whose
+            others = ", ".join(collided[g.student])
+            note = f"file name shared with {others}: this student's feedback is {feedback_file}"
+            flags = f"{flags}; {note}" if flags else note
+        rows.append([g.student, *cells, f"{earned:g}", flags])
+        files[feedback_file] = names.text(feedback(g, points, mine, asked))
+    files["grades.csv"] = names.csv_text(rows)  # every cell quoted: safe under "," and ";"
     # What `make report` counts: the same trusted results as the grades, never a second run.
     from course.grading.report import RECORDS, records_json
 
@@ -715,11 +720,13 @@ def grade_class(
     return {g.student: g.results for g in graded}
 
 
-def _unpack_class(archive: Path, into: Path) -> Path:
-    """A class zip (e.g. Canvas's submissions.zip) written out safely, notebooks and zips only."""
+def _unpack_class(archive: Path, into: Path, refused: list[tuple[str, str]]) -> Path:
+    """A class zip (e.g. Canvas's submissions.zip) written out safely, notebooks and zips only;
+    each entry refused (a link, a path out of the folder, too large) added to ``refused``."""
     problems: list[str] = []
     found = handins.read_zip(
-        archive.read_bytes(), archive.name, handins._Budget(), problems, expand=False
+        archive.read_bytes(), archive.name, handins._Budget(), problems, expand=False,
+        refused=refused,
     )
     if problems and not found:
         raise ConfigError("; ".join(problems))

@@ -23,5 +23,19 @@ ANSWER_PLACEHOLDER = "**Your answer:** *write it here.*"
 STUB_TODO = "# TODO:"
 STUB = re.compile(r"^\s*# TODO:.*\n\s*raise NotImplementedError\s*$", re.MULTILINE)
 
-# An answer cell that imports one of these is flagged and scores 0 for its exercise.
-FORBIDDEN_IN_ANSWERS = ("course.checks", "course.check", "course.observe", "course.properties")
+# An answer cell that imports one of these is flagged and scores 0 for its exercise: the checks,
+# their references, and the machinery that observes the answer while grading (an answer that
+# imports ``course.sealed`` can only mean to bend what the probe records).
+FORBIDDEN_IN_ANSWERS = (
+    "course.checks",
+    "course.check",
+    "course.observe",
+    "course.properties",
+    "course.sealed",
+    "course.spec",
+    "course.failure",
+    "course.forbidden",
+    "course.virtual",
+    "course.domains",
+    "course.grading",
+)

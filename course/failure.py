@@ -64,6 +64,32 @@ def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:
     )
 
 
+MESSAGE = 2000  # characters kept at each end of a student's exception message
+
+
+def clipped(text: str, head: int = MESSAGE, tail: int = MESSAGE) -> str:
+    """``text`` with its middle cut beyond ``head`` + ``tail`` characters, the cut said."""
+    if len(text) <= head + tail:
+        return text
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut ...]\n{text[len(text) - tail :]}"
+
+
+def exception_text(error: BaseException) -> str:
+    """``Type: message`` of a student's exception, bounded. A message given as a string is cut
+    before anything is built from it; a ``__str__`` of the student's own is called once."""
+    args = getattr(error, "args", ())
+    plain = type(error).__str__ is BaseException.__str__  # str() would be args[0] itself
+    try:
+        if plain and len(args) == 1 and type(args[0]) is str:
+            message = clipped(args[0])
+        else:
+            message = clipped(str(error))
+    except Exception as failed:  # noqa: BLE001 - a __str__ that raises still gets a line
+        message = f"<its message could not be read: {type(failed).__name__}>"
+    return f"{type(error).__name__}: {message}"
+
+
 _CHECKERS = (  # the checking modules: a frame there is never the student's line
     "check.py checks/ observe.py properties/ spec.py virtual.py failure.py sealed.py domains.py "
     "forbidden.py"
@@ -106,4 +132,4 @@ def summarise_exception(exc: BaseException, what: str | None = None) -> str:
         where = f" (in `{frame.name}`, line {frame.lineno}: `{(frame.line or '').strip()}`)"
     elif what:  # raised on the call itself (a wrong signature)
         where = f" (when the check called your code for: {what})"
-    return f"your code raised {type(exc).__name__}: {exc}{where}"
+    return f"your code raised {exception_text(exc)}{where}"

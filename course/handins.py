@@ -44,7 +44,7 @@ from pathlib import Path, PurePosixPath
 
 from course.contract import STUB
 from course.grading.limits import MAX_FILE_BYTES, NotebookRefused, normalise, source_text
-from course.grading.names import shown
+from course.grading.names import alike, shown, told_apart
 
 MAX_BYTES = 400 * 1024**2  # everything read from one hand-in, zips inflated
 MAX_ENTRIES = 2000  # entries of one zip
@@ -259,10 +259,13 @@ def read_zip(
     depth: int = 1,
     expand: bool = True,
     skipped: list[str] | None = None,
+    refused: list[tuple[str, str]] | None = None,
 ) -> list[Found]:
     """The notebooks in a zip (and in zips inside it), read in memory within the limits.
 
-    With ``expand=False`` a zip inside is returned as one file instead of being read.
+    With ``expand=False`` a zip inside is returned as one file instead of being read. Every
+    entry refused is a line of ``problems``; with ``refused``, also ``(its own name, the line)``,
+    so a class zip can say whose notebook it was (:func:`class_students`).
     """
     found: list[Found] = []
     try:
@@ -274,6 +277,13 @@ def read_zip(
     if len(entries) > MAX_ENTRIES:
         problems.append(f"`{where}` refused: {len(entries)} entries (at most {MAX_ENTRIES})")
         return found
+    name = ""
+
+    def _refuse(line: str) -> None:
+        problems.append(line)
+        if refused is not None:
+            refused.append((name, line))
+
     count: dict[str, int] = {}
     for info in entries:
         count[info.filename] = count.get(info.filename, 0) + 1
@@ -288,23 +298,23 @@ def read_zip(
         if count[name] > 1:  # one name, several entries: each named by its place in the zip
             inner += f" (entry {seen[name]} of {count[name]} so named)"
         if _unsafe(name):
-            problems.append(f"`{inner}` refused: an absolute path or `..` in a zip")
+            _refuse(f"`{inner}` refused: an absolute path, a drive letter or `..` in a zip")
             continue
         if _skipped(PurePosixPath(name.replace("\\", "/")).parts):
             if skipped is not None:
                 skipped.append(inner)
             continue
         if stat.S_ISLNK(info.external_attr >> 16):
-            problems.append(f"`{inner}` refused: a link")
+            _refuse(f"`{inner}` refused: a link")
             continue
         if info.file_size > MAX_FILE_BYTES:
-            problems.append(f"`{inner}` refused: larger than {MAX_FILE_BYTES // 1024**2} MB")
+            _refuse(f"`{inner}` refused: larger than {MAX_FILE_BYTES // 1024**2} MB")
             continue
         try:
             with archive.open(info) as stream:
                 content = stream.read(MAX_FILE_BYTES + 1)
         except (zipfile.BadZipFile, RuntimeError, OSError, ValueError, NotImplementedError) as e:
-            problems.append(f"`{inner}` could not be read ({type(e).__name__})")
+            _refuse(f"`{inner}` could not be read ({type(e).__name__})")
             continue
         if len(content) > MAX_FILE_BYTES or not budget.take(len(content)):
             problems.append(f"`{inner}` refused: the hand-in inflates to more than the limit")
@@ -315,7 +325,7 @@ def read_zip(
             modified = 0.0
         if lower.endswith(".zip") and expand:
             if depth >= MAX_DEPTH:
-                problems.append(f"`{inner}` refused: zips nested more than {MAX_DEPTH} deep")
+                _refuse(f"`{inner}` refused: zips nested more than {MAX_DEPTH} deep")
             else:
                 found += read_zip(content, inner, budget, problems, depth + 1, True, skipped)
         else:
@@ -387,19 +397,61 @@ def skipped_entries(submissions: Path) -> list[str]:
     return [shown(p.name) for p in sorted(submissions.iterdir()) if p.name.startswith((".", "__"))]
 
 
+def owner(raw: str) -> tuple[str, bool]:
+    """Whose a class zip's entry ``raw`` is: the first part of its path once a leading ``/``, a
+    drive letter and every ``.`` or ``..`` are taken away, and whether that part is a folder
+    (a student's folder) or the entry itself (a student of its own, as :func:`students` reads)."""
+    parts = [
+        p
+        for p in re.split(r"[\\/]", raw)
+        if p not in ("", ".", "..") and not re.fullmatch(r"[A-Za-z]:", p)
+    ]
+    return (parts[0], len(parts) > 1) if parts else ("(an entry with no name)", False)
+
+
+def _who(name: str, folder: bool) -> str:
+    """The student a class folder's entry ``name`` belongs to (the module's grouping rules)."""
+    moodle = MOODLE.match(name)
+    canvas = CANVAS.match(name) if not folder else None
+    if moodle and (folder or moodle.group("file")):
+        return moodle.group("who")
+    if canvas:
+        return f"{canvas.group('who')}_{canvas.group('uid')}"
+    return name
+
+
 def students(submissions: Path) -> dict[str, list[Path]]:
     """Each student's paths in a class folder (module docstring), sorted by student. A student
-    is keyed by :func:`~course.grading.names.shown` of its name: one-to-one, printable."""
+    is keyed by :func:`~course.grading.names.shown` of its name: one-to-one, printable; names
+    that show alike (``Ann`` and ``ann``, ``z_victim`` and a zero-width space after it, a
+    full-width letter) are each told apart by a digest of their own (``told_apart``), so no row,
+    file or section shows as another student's."""
+    return class_students(submissions)[0]
+
+
+def class_students(
+    submissions: Path, refused: Iterable[tuple[str, str]] = ()
+) -> tuple[dict[str, list[Path]], dict[str, list[str]]]:
+    """:func:`students`, and ``refused`` (a class zip's refused entries: ``(its own name, why)``)
+    grouped by the same keys: a student whose only notebook was refused still has a key, whose
+    rows say why."""
     groups: dict[str, list[Path]] = {}
+    raw: dict[str, str] = {}
+    said: dict[str, list[str]] = {}
     for path in sorted(submissions.iterdir()):
         if path.name.startswith((".", "__")):
             continue  # reported by skipped_entries
-        who = path.name
-        moodle = MOODLE.match(path.name)
-        canvas = CANVAS.match(path.name) if path.is_file() else None
-        if moodle and (path.is_dir() or moodle.group("file")):
-            who = moodle.group("who")
-        elif canvas:
-            who = f"{canvas.group('who')}_{canvas.group('uid')}"
+        who = _who(path.name, not path.is_file())
         groups.setdefault(shown(who), []).append(path)
-    return dict(sorted(groups.items()))
+        raw.setdefault(shown(who), who)
+    for name, line in refused:
+        who = _who(*owner(name))
+        groups.setdefault(shown(who), [])
+        raw.setdefault(shown(who), who)
+        said.setdefault(shown(who), []).append(line)
+    posing = alike(list(raw.values()))  # the raw names: a hidden character is no difference
+    key = {k: told_apart(k, raw[k]) if raw[k] in posing else k for k in groups}
+    return (
+        dict(sorted((key[k], paths) for k, paths in groups.items())),
+        {key[k]: lines for k, lines in said.items()},
+    )

@@ -65,3 +65,22 @@ def test_no_other_module_spells_them():
         if pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+def test_the_grading_machinery_is_no_answer_s_import_and_the_course_s_helpers_are():
+    from course.grading.verdict import forbidden
+
+    for line in (
+        "import course.sealed as s",
+        "from course import sealed",
+        "from course.spec import judging",
+        "import course.grading.instrument",
+        "__import__('course.observe')",
+    ):
+        assert forbidden(line), line
+    for line in (  # what the solutions import in their answers
+        "from course import data, env, models, viz",
+        "from course.nn import scaled_dot_product_attention",
+        "from course.measure import best_time, peak_memory",
+    ):
+        assert not forbidden(line), line

@@ -11,7 +11,16 @@ outputs. Each hostile hand-in's notebook is itself right, so each must earn exac
 * ``evil<ESC>[31m<LF>fake,40`` (a folder) and a zip whose entry's folder holds ``ESC[2J`` and a
   newline: no control character reaches grades.csv, the feedback or the terminal;
 * a zip with two entries of one name (wrong first, right second, same time): the feedback says
-  which entry was graded and a true reason.
+  which entry was graded and a true reason;
+* ``z_victim`` followed by a zero-width space: told apart from ``z_victim`` in every output (no
+  row, file or section shows as the other), each keeping its point;
+* ``ann;=1+1``: no formula where a spreadsheet splits on ``;``; its written answer holds a line
+  ``## z_victim``, which opens no section of ``written/Question_0.2.md``;
+* a name holding U+2029: escaped in grades.csv, the feedback, the written answers and the log.
+
+A class zip whose entries are refused (a link, ``..``, an absolute path, a drive letter) says so
+for each, on the terminal and in ``OUT/skipped.txt``, and each such student gets a row that says
+why, beside an honest classmate who keeps the point.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import classroom
+from course import classroom, handins
 from course.grading import names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +46,11 @@ WRONG = (
 )
 EVIL = "evil\x1b[31m\nfake,40"
 ZIP_FOLDER = "a\x1b[2J\nb"
+POSER = "z_victim\u200b"  # shows as z_victim
+SEMICOLON = "ann;=1+1"
+PARAGRAPH = "para\u2029graph"
+FORGED = "mine, in my own words\n## z_victim\nthe victim's answer, forged"
+INVISIBLE = ("Cf", "Zl", "Zp")  # format characters, line and paragraph separators
 NAMES = {  # folder -> points its notebook earns
     "ada": 1,
     "wrong": 0,
@@ -46,16 +60,24 @@ NAMES = {  # folder -> points its notebook earns
     "=2+5+cmd|x!A1": 1,
     "@SUM(A1)": 1,
     EVIL: 1,
+    POSER: 1,
+    SEMICOLON: 1,
+    PARAGRAPH: 1,
 }
 
 pytestmark = pytest.mark.slow
 
 
-def _notebook(right: bool) -> bytes:
+def _notebook(right: bool, answer: str = "") -> bytes:
     notebook = nbformat.read(HONEST, as_version=4)
     if not right:
         cell = next(c for c in notebook.cells if "def softmax" in c.source)
         cell.source = WRONG
+    if answer:  # the written answer to Question 0.2, in the template's cell
+        template = nbformat.read(ROOT / "notebooks" / WELCOME, as_version=4)
+        cell = next(c for c in template.cells if c.source.startswith("### Question 0.2"))
+        cell.source = cell.source.split("**Your answer:**")[0] + f"**Your answer:** {answer}"
+        notebook.cells.append(cell)
     return nbformat.writes(notebook).encode()
 
 
@@ -77,7 +99,8 @@ def graded(tmp_path_factory):
     klass = base / "class"
     for folder, points in [*NAMES.items(), (".hidden", 1)]:
         (klass / folder).mkdir(parents=True)
-        (klass / folder / WELCOME).write_bytes(_notebook(points == 1))
+        answer = FORGED if folder == SEMICOLON else "the victim's own answer"
+        (klass / folder / WELCOME).write_bytes(_notebook(points == 1, answer))
     (klass / "ansi.zip").write_bytes(_zip([(f"{ZIP_FOLDER}/{WELCOME}", _notebook(True))]))
     (klass / "twice.zip").write_bytes(
         _zip([(WELCOME, _notebook(False)), (WELCOME, _notebook(True))])
@@ -89,6 +112,7 @@ def graded(tmp_path_factory):
         raw = file.read()
     rows = {row["student"]: row for row in csv.DictReader(io.StringIO(raw))}
     feedback = {p.name: p.read_text(encoding="utf-8") for p in (out / "feedback").iterdir()}
+    keys = {paths[0].name: key for key, paths in handins.students(klass).items()}
     return {
         "results": results,
         "raw": raw,
@@ -96,6 +120,8 @@ def graded(tmp_path_factory):
         "said": said,
         "out": out,
         "feedback": feedback,
+        "keys": keys,  # folder -> the student's key (its name as every output shows it)
+        "written": (out / "written" / "Question_0.2.md").read_text(encoding="utf-8"),
     }
 
 
@@ -108,7 +134,7 @@ def test_the_honest_control_and_the_wrong_one_are_graded_as_alone(graded):
 
 
 def test_every_hostile_name_earns_exactly_its_point(graded):
-    rows = {names.shown(k): v for k, v in NAMES.items()}
+    rows = {graded["keys"][k]: v for k, v in NAMES.items()}
     for student, points in rows.items():
         cell = names.csv_cell(student)
         assert graded["rows"][cell]["0.1"] == str(points), (student, graded["rows"][cell])
@@ -151,3 +177,87 @@ def test_two_zip_entries_of_one_name_say_which_was_graded_and_why(graded):
     text = next(t for n, t in graded["feedback"].items() if n.startswith("twice"))
     assert "graded `twice.zip:00_welcome.ipynb (entry 2 of 2 so named)`" in text, text
     assert "different content" in text and "same content" not in text, text
+
+
+def test_names_that_show_alike_are_told_apart_in_every_output(graded):
+    poser, victim = graded["keys"][POSER], graded["keys"]["z_victim"]
+    assert poser != victim and "z_victim" not in graded["rows"], sorted(graded["rows"])
+    for key in (poser, victim):
+        assert "shows like another name" in key and graded["rows"][key]["0.1"] == "1", key
+        assert graded["written"].count(f"## {key}\n") == 1
+        assert any(text.startswith(f"# Feedback for {key}\n") for text in graded["feedback"].values())
+    assert "\\u200b" in poser  # the hidden character shown, escaped
+
+
+def test_no_cell_is_a_formula_where_a_spreadsheet_splits_on_semicolons(graded):
+    lines = graded["raw"].splitlines()
+    assert all(line.startswith('"') and line.endswith('"') for line in lines), lines[:3]
+    for row in csv.reader(io.StringIO(graded["raw"]), delimiter=";"):
+        for cell in row:
+            assert not cell.startswith(names.FORMULA_START) or names.NUMBER.match(cell), cell
+    assert graded["rows"][SEMICOLON]["0.1"] == "1"
+
+
+def test_an_answer_cannot_open_a_section_of_the_written_answers(graded):
+    sections = [line for line in graded["written"].splitlines() if line.startswith("## ")]
+    assert len(sections) == len(graded["rows"]), sections  # one per student, none forged
+    assert "> \\## z_victim" in graded["written"], graded["written"]
+    assert "> the victim's answer, forged" in graded["written"]
+
+
+def test_no_invisible_or_separator_character_reaches_any_output(graded):
+    texts = [graded["raw"], graded["written"], *graded["feedback"].values(), *graded["said"]]
+    for text in texts:
+        hidden = [c for c in text if unicodedata.category(c) in INVISIBLE]
+        assert not hidden, (hidden, text[:200])
+    assert names.shown(PARAGRAPH) in graded["rows"] and "\\u2029" in names.shown(PARAGRAPH)
+
+
+REFUSED = {  # a class zip's entry -> the student it belongs to, whose only notebook it is
+    f"bob/{WELCOME}": "bob",  # a link
+    f"../carl/{WELCOME}": "carl",
+    f"/dave/{WELCOME}": "dave",
+    f"C:/erin/{WELCOME}": "erin",
+    f"C:\\fred\\{WELCOME}": "fred",
+}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    import stat
+
+    base = tmp_path_factory.mktemp("refused")
+    templates = base / "templates"
+    templates.mkdir()
+    (templates / WELCOME).write_bytes((ROOT / "notebooks" / WELCOME).read_bytes())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(zipfile.ZipInfo(f"ada/{WELCOME}", (2026, 11, 20, 10, 0, 0)), _notebook(True))
+        for name in REFUSED:
+            info = zipfile.ZipInfo(name, (2026, 11, 20, 10, 0, 0))
+            if name.startswith("bob/"):
+                info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            archive.writestr(info, _notebook(True))
+    (base / "class.zip").write_bytes(buffer.getvalue())
+    said: list[str] = []
+    out = base / "out"
+    classroom.grade_class(base / "class.zip", out, templates, log=said.append)
+    with open(out / "grades.csv", newline="", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    feedback = {
+        p.stem: p.read_text(encoding="utf-8") for p in (out / "feedback").iterdir()
+    }
+    skipped = (out / "skipped.txt").read_text(encoding="utf-8")
+    return {"said": said, "rows": rows, "skipped": skipped, "feedback": feedback}
+
+
+def test_every_refused_entry_of_a_class_zip_is_said_and_its_student_has_a_row(refused):
+    assert refused["rows"]["ada"]["0.1"] == "1"  # the honest classmate keeps the point
+    for entry, student in REFUSED.items():
+        shown = names.shown(entry)
+        assert any(shown in line and "refused" in line for line in refused["said"]), entry
+        assert shown in refused["skipped"], (entry, refused["skipped"])
+        row = refused["rows"][student]
+        assert row["0.1"] == "0" and row["total"] == "0", row
+        why = refused["feedback"][student]  # the row's feedback says which entry, and why
+        assert shown in why and "refused" in why, why

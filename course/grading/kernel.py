@@ -209,7 +209,12 @@ def _execute(notebook_path: str, log_path: str, default_timeout: str) -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
+    from course.grading.streams import BoundedStream, exception_text
+
     cells = json.loads(Path(notebook_path).read_text(encoding="utf-8"))["cells"]
+    # What the student's code prints and raises, bounded (head and tail kept, the cut said):
+    # output size never drives this process's memory.
+    streams = sys.stdout, sys.stderr = BoundedStream(sys.stdout), BoundedStream(sys.stderr)
 
     def log(row: dict) -> None:
         with open(log_path, "a", encoding="utf-8") as file:
@@ -220,7 +225,16 @@ def _execute(notebook_path: str, log_path: str, default_timeout: str) -> None:
 
     config = Config()
     config.HistoryManager.enabled = False
+    # A cell's last value is not displayed: outputs are never graded, and its repr (a 200 MB
+    # string's, a student's __repr__) would be built and cached for nothing.
+    config.InteractiveShell.ast_node_interactivity = "none"
     shell = InteractiveShell.instance(config=config)
+
+    def traceback(exc_tuple=None, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        error = (exc_tuple or sys.exc_info())[1]  # IPython's own formatter copies the message
+        sys.stderr.write(f"{exception_text(error)}\n")  # many times over: one bounded line
+
+    shell.showtraceback = traceback
     signal.signal(signal.SIGALRM, expire)
     for cell in cells:
         if cell.get("cell_type") != "code":
@@ -242,12 +256,12 @@ def _execute(notebook_path: str, log_path: str, default_timeout: str) -> None:
             row["status"] = "timeout"
         elif error is not None:
             row["status"] = "error"
-            row["message"] = f"{type(error).__name__}: {error}"[:500]
+            row["message"] = exception_text(error)[:500]
         row["t"] = time.time()
         log(row)
     log({"end": "complete"})
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in streams:
+        stream.close()  # the tail kept, and how much was cut
     os._exit(0)  # the records are written and closed: skip the interpreter's slow teardown
 
 

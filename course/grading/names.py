@@ -3,15 +3,24 @@
 Folder names, zip entry names and what a student's process prints are the student's. One
 mechanism per hazard, used everywhere they are written:
 
-* :func:`shown` escapes control characters (C0, DEL, C1), the Unicode bidirectional overrides,
-  and the backslash itself, so that it is **one-to-one**: two different names never show alike,
-  and no name can move the cursor, clear a line, colour the terminal or start a new CSV row or
-  Markdown line. Names are escaped where they are read (:mod:`course.handins`);
+* :func:`shown` escapes every character that is invisible or moves text: control characters
+  (C0, DEL, C1), format characters (Unicode category Cf: zero-width spaces and joiners, the
+  bidirectional overrides, soft hyphens), the line and paragraph separators (U+2028, U+2029),
+  spaces other than the plain one, private-use and unassigned code points, and the backslash
+  itself, so that it is **one-to-one** and no name can move the cursor, clear a line, colour the
+  terminal, hide a character or start a new CSV row or Markdown line. Names are escaped where
+  they are read (:mod:`course.handins`);
+* :func:`skeleton` is what a reader takes a name for (NFKC, case folded, the escaped characters
+  dropped): two names of one skeleton show alike, and :func:`alike` finds them so that each is
+  told apart (:func:`course.handins.students`);
 * :func:`text` does the same for multi-line text the grader writes (feedback, messages), keeping
   its own line breaks and tabs;
 * :func:`csv_cell` also neutralises spreadsheet formulas: a cell starting with ``=``, ``+``,
   ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice for CSV
-  injection), unless it is a plain number;
+  injection), unless it is a plain number; :func:`csv_text` quotes every cell, so a cell stays
+  one cell where a spreadsheet splits on ``;`` as well as on ``,``;
+* :func:`quoted_answer` puts a student's Markdown in a block quote whose lines can never start a
+  heading, so no answer can open a section of a file that holds everyone's answers;
 * :func:`file_names` maps student keys to file names one-to-one: two students never share a
   feedback file (``z\\victim`` and ``z_victim``, ``Ann`` and ``ann`` on a case-insensitive
   disk); a collision adds a short digest of the key to each name that collided, and is named.
@@ -19,7 +28,9 @@ mechanism per hazard, used everywhere they are written:
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import re
 import unicodedata
 
@@ -37,16 +48,49 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}"
 
 
+# Control, surrogate, format (zero-width, bidi, soft hyphen), line and paragraph separators,
+# private-use and unassigned: each is invisible, moves text, or shows as anything.
+HIDDEN_CATEGORIES = ("Cc", "Cs", "Cf", "Zl", "Zp", "Co", "Cn")
+
+
 def _unsafe(char: str, keep: str = "") -> bool:
     if char in keep:
         return False
-    return unicodedata.category(char) in ("Cc", "Cs") or char in BIDI or char == "\u2028"
+    category = unicodedata.category(char)
+    return (
+        category in HIDDEN_CATEGORIES
+        or (category == "Zs" and char != " ")  # a no-break or thin space shows as a space
+        or char in BIDI
+    )
 
 
 def shown(name: str) -> str:
     """``name`` as it may be shown anywhere: control characters escaped, one-to-one."""
     name = str(name).replace("\\", "\\\\")
     return "".join(_escape(c) if _unsafe(c) else c for c in name)
+
+
+def skeleton(name: str) -> str:
+    """What a reader takes ``name`` for: NFKC (a full-width ``ｚ`` is ``z``), case folded, the
+    characters :func:`shown` escapes dropped, runs of spaces as one."""
+    folded = unicodedata.normalize("NFKC", str(name)).casefold()
+    kept = "".join(c for c in folded if not _unsafe(c) or unicodedata.category(c) == "Zs")
+    return " ".join(unicodedata.normalize("NFKC", kept).split())
+
+
+def alike(names: list[str]) -> dict[str, list[str]]:
+    """``name -> the other names that show alike`` (one :func:`skeleton`), for those that do."""
+    groups: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        groups.setdefault(skeleton(name), []).append(name)
+    return {n: [o for o in same if o != n] for same in groups.values() if len(same) > 1 for n in same}
+
+
+def told_apart(name: str, raw: str) -> str:
+    """``name`` (shown) marked as one of several that show alike, with a digest of its own
+    bytes: every output then names exactly one person."""
+    digest = hashlib.sha256(str(raw).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{name} [shows like another name; id {digest}]"
 
 
 def text(value: str) -> str:
@@ -61,6 +105,34 @@ def csv_cell(value: object) -> str:
     if cell.startswith(FORMULA_START) and not NUMBER.match(cell):
         cell = "'" + cell
     return cell
+
+
+def csv_text(rows: list[list[object]]) -> str:
+    """CSV of ``rows``, every cell :func:`csv_cell` and quoted: one cell per value whether a
+    spreadsheet splits on ``,`` or on ``;`` (Excel's default in much of Europe)."""
+    with io.StringIO(newline="") as file:
+        writer = csv.writer(file, quoting=csv.QUOTE_ALL)
+        for row in rows:
+            writer.writerow([csv_cell(cell) for cell in row])
+        return file.getvalue()
+
+
+# A line that would start a Markdown heading: ``#`` (ATX), or a setext underline (``===``, ``---``)
+# under a line of text; a raw HTML heading is disarmed by escaping every ``<``.
+_HEADING = re.compile(r"^(\s{0,3})(#|=+\s*$|-+\s*$)")
+
+
+def quoted_answer(answer: str) -> list[str]:
+    """A student's Markdown answer as block-quote lines (``> ...``) in which no line can start a
+    heading or a section: ``#`` and setext underlines escaped, HTML tags shown as text. The
+    answer's own line breaks are its ``\n`` only (U+2028 and U+2029 stay in the line, escaped
+    by :func:`text`)."""
+    lines = []
+    for line in str(answer).replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = line.replace("<", "&lt;")
+        line = _HEADING.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", line)
+        lines.append(f"> {line}" if line.strip() else ">")
+    return lines
 
 
 def _base(key: str) -> str:
