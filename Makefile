@@ -93,7 +93,7 @@ grade: setup ## Grade a class: make grade SUBMISSIONS=dir|zip OUT=dir [JOBS=1] [
 	@$(call typed_here,SUBMISSIONS OUT POINTS MANUAL)
 	$(BIN)/python -m course.classroom grade --submissions "$$SUBMISSIONS" --out "$$OUT" -j $(or $(JOBS),1) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(POINTS),--points "$$POINTS",) $(if $(MANUAL),--manual "$$MANUAL",)
 	$(BIN)/python -m course.classroom verify "$$OUT"
-	@echo "What the class got wrong, by named mistake: make report OUT=\"$$OUT\" [NAMES=1]"
+	@echo "What the class got wrong, by named mistake: make report OUT=\"$$OUT\" [NAMES=1]" >&2
 
 report: setup ## What a graded class got wrong, by named mistake: make report OUT=dir [NAMES=1]
 	@test -n "$$OUT" || { echo "usage: make report OUT=<the folder make grade wrote> [NAMES=1: name the students]"; exit 1; }
