@@ -23,25 +23,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course.grading import kernel
+from course.grading.kernel import PINNED_ENV
+
 CHECKOUT = Path(__file__).resolve().parents[2]
-PINNED_ENV = "COURSE_GRADING_PINNED"  # set in the child: the copy's root
 # What a grading run imports or reads from the checkout, relative to it.
 COPIED = ("course", "data/samples")
 
 
 def active() -> Path | None:
     """The copy this process grades from, if it runs from one (the child of :func:`run_pinned`)."""
-    raw = os.environ.get(PINNED_ENV, "").strip()
-    if not raw:
-        return None
-    root = Path(raw).resolve()
-    return root if CHECKOUT == root else None
+    return kernel.pinned_root()
 
 
 def version() -> str:
     """The digest of the course package this process imported (sha256 of its files), short."""
-    from course.grading import kernel
-
     return kernel.digest(kernel.TreeGuard().files)[:16]
 
 
@@ -110,9 +106,7 @@ def run_pinned(argv: list[str]) -> int:
 
 def changed_since(root: Path, checkout: Path = CHECKOUT) -> list[str]:
     """The files of ``checkout/course`` that differ from the pinned copy at ``root`` (sorted)."""
-    from course.grading.kernel import _files
-
-    now, pinned = _files(checkout / "course"), _files(root / "course")
+    now, pinned = kernel._files(checkout / "course"), kernel._files(root / "course")
     return sorted(f"course/{n}" for n in set(now) | set(pinned) if now.get(n) != pinned.get(n))
 
 
