@@ -158,13 +158,11 @@ class TreeGuard:
 
 def _writable(root: Path, path: Path) -> None:
     """Let the grader write ``path`` again: every existing folder from ``root`` down to it."""
-    folder = root
-    for part in path.relative_to(root).parts[:-1]:
+    parts = path.relative_to(root).parts
+    for depth in range(len(parts)):
+        folder = root.joinpath(*parts[:depth])
         if folder.is_dir() and not folder.is_symlink():
             folder.chmod(folder.stat().st_mode | stat.S_IRWXU)
-        folder = folder / part
-    if folder.is_dir() and not folder.is_symlink():
-        folder.chmod(folder.stat().st_mode | stat.S_IRWXU)
     if path.is_file() and not path.is_symlink():
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
