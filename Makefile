@@ -41,8 +41,8 @@ $(STAMP): requirements.txt pyproject.toml
 	@echo "Environment ready in $(VENV)."
 
 lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_ARGS: more options)
-	@test -d "$${DIR:-notebooks}" || { echo "DIR=$$DIR is not a folder of this repository (try DIR=solutions)"; exit 1; }
-	$(BIN)/jupyter lab --notebook-dir="$${DIR:-notebooks}" --LabApp.app_settings_dir="$(CURDIR)/jupyter-config/lab-settings" $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+	@test -d "$(or $(DIR),notebooks)" || { echo "DIR=$(DIR) is not a folder of this repository (try DIR=solutions)"; exit 1; }
+	$(BIN)/jupyter lab --notebook-dir="$(or $(DIR),notebooks)" --LabApp.app_settings_dir="$(CURDIR)/jupyter-config/lab-settings" $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
 	$(BIN)/python -m course.nbtools check

@@ -6,8 +6,9 @@ Commands (``python -m course.classroom <command>``; the Makefile wraps them):
   ``passed: N of M exercises``.
 * ``grade --submissions DIR --out DIR [-j N] [--points FILE] [--manual FILE] [--timeout S]``
   a class (a folder, or a zip of it: one sub-folder, zip or notebook per student, Canvas and
-  Moodle bulk downloads too); writes ``OUT/grades.csv``, ``OUT/feedback/<student>.md`` and
-  ``OUT/written/Question_<id>.md`` (every student's written answer to one question).
+  Moodle bulk downloads too); writes ``OUT/grades.csv``, ``OUT/feedback/<student>.md``,
+  ``OUT/written/Question_<id>.md`` (every student's written answer to one question) and
+  ``OUT/course-version.txt`` (the digest of the course that graded).
 * ``gradescope --out dist/autograder.zip [--only 03,04]``  the Gradescope autograder archive.
 * ``verify OUT``  whether every file of OUT is as ``grade`` wrote it (``OUT/manifest.json``).
 * ``autograde [--root /autograder]``  what the archive's ``run_autograder`` calls: grade
@@ -18,6 +19,10 @@ Commands (``python -m course.classroom <command>``; the Makefile wraps them):
 (which file is which notebook) and grade it with :func:`grade_handin` against the same
 templates (the pristine exercise notebooks), so they give the same verdicts on the same folder.
 The engine is :mod:`course.grading`; the statuses are in :mod:`course.contract`.
+
+``progress`` and ``grade`` run again in a child interpreter that imports a read-only copy of the
+course made when the command starts (:mod:`course.grading.pinned`): editing ``course/`` while a
+class is graded changes nothing of that run, and the run never writes to the checkout.
 """
 
 from __future__ import annotations

@@ -627,3 +627,31 @@ def test_only_the_graders_own_copy_is_restored_never_a_checkout(monkeypatch, tmp
     assert kernel.restoring()  # the run's own pinned copy puts its files back
     monkeypatch.setenv(kernel.RESTORE_ENV, "0")
     assert not kernel.restoring()
+
+
+def test_a_pinned_copy_is_read_only_restored_when_changed_and_removed(monkeypatch):
+    from course.grading import pinned
+
+    root = pinned.pin(ROOT)
+    try:
+        course = root / "course"
+        check = course / "checks" / "nb00.py"
+        assert (check.stat().st_mode & 0o777, course.stat().st_mode & 0o777) == (0o444, 0o555)
+        assert not list(root.rglob("__pycache__")) and (root / "data" / "samples").is_dir()
+        assert pinned.changed_since(root) == []
+        guard = kernel.TreeGuard(course)
+        monkeypatch.setenv(kernel.RESTORE_ENV, "1")
+        course.chmod(0o755)  # what code running as the grader's uid could do, then write
+        (course / "checks").chmod(0o755)
+        check.chmod(0o644)
+        original = check.read_bytes()
+        check.write_bytes(original + b"\nFORGED = True\n")
+        (course / "checks").chmod(0o555)
+        (course / "forged.py").write_text("x = 1\n")
+        course.chmod(0o555)
+        assert guard.restore() == ["checks/nb00.py", "forged.py"]
+        assert check.read_bytes() == original and not (course / "forged.py").exists()
+        assert pinned.changed_since(root) == []
+    finally:
+        pinned.unpin(root)
+    assert not root.exists()

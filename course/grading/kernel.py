@@ -56,6 +56,7 @@ STARTUP_S = 90  # the kernel's start and the prelude, on a busy 2-core machine
 TOKEN_ENV = "COURSE_GRADING_TOKEN"
 # "1": a changed course tree is restored even outside a pinned copy; "0": never (only flagged).
 RESTORE_ENV = "COURSE_GRADING_RESTORE"
+PINNED_ENV = "COURSE_GRADING_PINNED"  # the pinned copy's root (course.grading.pinned sets it)
 OFFLINE_ENV = {
     "COURSE_OFFLINE": "1",
     "HF_HUB_OFFLINE": "1",
@@ -107,12 +108,16 @@ def restoring() -> bool:
     Only the grader's own pinned copy (:mod:`~course.grading.pinned`) is restored, or a tree
     whose owner asks for it with ``COURSE_GRADING_RESTORE=1``: an instructor's checkout is
     never written to (their edit is theirs, and it grades nobody in a run already started)."""
-    from course.grading import pinned
-
     wanted = os.environ.get(RESTORE_ENV, "").strip()
     if wanted in ("0", "1"):
         return wanted == "1"
-    return pinned.active() is not None
+    return pinned_root() is not None
+
+
+def pinned_root() -> Path | None:
+    """The pinned copy this grader imported its course from, if it runs from one."""
+    raw = os.environ.get(PINNED_ENV, "").strip()
+    return ROOT if raw and Path(raw).resolve() == ROOT else None
 
 
 class TreeGuard:
@@ -153,13 +158,11 @@ class TreeGuard:
 
 def _writable(root: Path, path: Path) -> None:
     """Let the grader write ``path`` again: every existing folder from ``root`` down to it."""
-    folder = root
-    for part in path.relative_to(root).parts[:-1]:
+    parts = path.relative_to(root).parts
+    for depth in range(len(parts)):
+        folder = root.joinpath(*parts[:depth])
         if folder.is_dir() and not folder.is_symlink():
             folder.chmod(folder.stat().st_mode | stat.S_IRWXU)
-        folder = folder / part
-    if folder.is_dir() and not folder.is_symlink():
-        folder.chmod(folder.stat().st_mode | stat.S_IRWXU)
     if path.is_file() and not path.is_symlink():
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
 

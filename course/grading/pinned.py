@@ -23,25 +23,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course.grading import kernel
+from course.grading.kernel import PINNED_ENV
+
 CHECKOUT = Path(__file__).resolve().parents[2]
-PINNED_ENV = "COURSE_GRADING_PINNED"  # set in the child: the copy's root
 # What a grading run imports or reads from the checkout, relative to it.
 COPIED = ("course", "data/samples")
 
 
 def active() -> Path | None:
     """The copy this process grades from, if it runs from one (the child of :func:`run_pinned`)."""
-    raw = os.environ.get(PINNED_ENV, "").strip()
-    if not raw:
-        return None
-    root = Path(raw).resolve()
-    return root if CHECKOUT == root else None
+    return kernel.pinned_root()
 
 
 def version() -> str:
     """The digest of the course package this process imported (sha256 of its files), short."""
-    from course.grading import kernel
-
     return kernel.digest(kernel.TreeGuard().files)[:16]
 
 
@@ -80,7 +76,15 @@ def run_pinned(argv: list[str]) -> int:
     The child finds prepared data in the checkout (``COURSE_DATA_DIR``, unless set) and reads
     every path of ``argv`` as given: they must be absolute (the child runs in the copy).
     """
-    root = pin()
+    try:
+        root = pin()
+    except OSError as error:  # the grader's setup: nobody was graded
+        print(
+            f"error: the course could not be copied to a folder of this run ({error}); "
+            f"set TMPDIR to a writable folder (now {tempfile.gettempdir()})",
+            file=sys.stderr,
+        )
+        return 3
     env = dict(os.environ)
     env[PINNED_ENV] = str(root)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
@@ -110,9 +114,7 @@ def run_pinned(argv: list[str]) -> int:
 
 def changed_since(root: Path, checkout: Path = CHECKOUT) -> list[str]:
     """The files of ``checkout/course`` that differ from the pinned copy at ``root`` (sorted)."""
-    from course.grading.kernel import _files
-
-    now, pinned = _files(checkout / "course"), _files(root / "course")
+    now, pinned = kernel._files(checkout / "course"), kernel._files(root / "course")
     return sorted(f"course/{n}" for n in set(now) | set(pinned) if now.get(n) != pinned.get(n))
 
 
