@@ -191,8 +191,9 @@ def test_grade_writes_written_answers_and_merges_manual_points(tmp_path, templat
     assert (rows["bob"]["0.2"], rows["bob"]["total"]) == ("0.5", "0.5")
     assert (rows["cleo"]["0.2"], rows["cleo"]["1.6"]) == ("", "")  # not graded by hand yet
     question = (out / "written" / "Question_0.2.md").read_text()
-    assert "## ada\n\nThe softmax saturates; gradients vanish." in question
-    assert "## bob\n\nIt becomes one-hot." in question and "## cleo\n\n*(no answer)*" in question
+    assert "## ada\n\n> The softmax saturates; gradients vanish." in question  # quoted: an
+    assert "## bob\n\n> It becomes one-hot." in question  # answer never opens a section
+    assert "## cleo\n\n> *(no answer)*" in question
     assert "softmax's output" in question  # the prompt, to grade against
     assert (out / "written" / "Question_1.6.md").exists()
     ada = (out / "feedback" / "ada.md").read_text()
@@ -578,7 +579,7 @@ def test_scenario_gets_its_expected_grade(graded_scenarios, student):
 def test_written_answers_reach_the_instructor(graded_scenarios):
     subs, _, _ = graded_scenarios
     question = (subs.parent / "out" / "written" / "Question_0.2.md").read_text()
-    assert "## written\n\nIt saturates." in question
+    assert "## written\n\n> It saturates." in question
     assert "It saturates." in (subs.parent / "out" / "feedback" / "written.md").read_text()
 
 

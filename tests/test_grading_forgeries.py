@@ -156,3 +156,73 @@ def test_a_disk_rewriting_submission_cannot_pass_the_next_one(tmp_path):
     assert blank[0] == grading.NOT_IMPLEMENTED, blank
     assert seen["same"], "the grader's course tree was left changed"
     assert (copy / "course" / "checks" / "nb00.py").read_bytes() == original
+
+
+# The hostile round's reaches into the check and the probe, on 0.1 (whose text forbids
+# torch.softmax), each with the overflowing formula as its fallback: a pass would prove it
+# found the answer or bent the record. Stopped by static rules, not by the reference being out
+# of reach: an import of the grading machinery scores 0 on any exercise (course.contract), and
+# dynamic reach sends 0.1 to the instructor (course.forbidden).
+WRONG = (
+    "def softmax(x, dim=-1):\n"
+    "    e = x.exp()\n"
+    "    return e / e.sum(dim=dim, keepdim=True)\n"
+)
+REACHES = {
+    "frames_gc_modules": '''import sys, gc
+def softmax(x, dim=-1):
+    for spot in [sys._getframe(i) for i in range(1, 12)]:
+        spec = spot.f_locals.get("spec")
+        if spec is not None and callable(getattr(spec, "reference", None)):
+            return spec.reference(x, dim)
+    for found in gc.get_objects():
+        if callable(getattr(found, "reference", None)):
+            return found.reference(x, dim)
+    for module in list(sys.modules.values()):
+        spec = getattr(getattr(module, "softmax", None), "spec", None)
+        if spec is not None:
+            return spec.reference(x, dim)
+    e = x.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+    "sealed_global_state": "import course.sealed as sealed\n"
+    "sealed.global_state = lambda: {'grad mode': True}\n" + WRONG,
+    "sealed_same_rng": "from course import sealed\nsealed.same_rng = lambda a, b: True\n" + WRONG,
+    "sealed_plain_tensor": "import course.sealed\ncourse.sealed.plain_tensor = lambda v: v\n"
+    + WRONG,
+    "sealed_fingerprint": "import course.sealed as s\ns.BOUND['is_grad_enabled'] = lambda: True\n"
+    "s.fingerprint = lambda: s.TRUSTED\n" + WRONG,
+    "patch_snapshot": "import sys\n_p = sys.modules['course' + '.properties']\n"
+    "_p._snapshot = lambda value: None\n" + WRONG,
+}
+
+
+def _reaching(name: str, folder: Path) -> Path:
+    import nbformat
+
+    notebook = nbformat.read(CONTROL, as_version=4)
+    cell = next(c for c in notebook.cells if "def softmax" in c.source)
+    cell.source = REACHES[name]
+    path = folder / f"{name}.ipynb"
+    nbformat.write(notebook, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reached(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("reaches")
+    paths = {name: _reaching(name, folder) for name in REACHES}
+    paths["(honest control)"] = CONTROL
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(kernel.RESTORE_ENV, "0")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            grade = lambda path: grading.grade_file(TEMPLATE, path, timeout_s=TIMEOUT_S)  # noqa: E731
+            return dict(zip(paths, pool.map(grade, paths.values()), strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(REACHES))
+def test_a_reach_into_the_check_or_the_probe_earns_nothing(reached, name):
+    assert [r.status for r in reached["(honest control)"]] == [grading.PASSED]
+    (result,) = reached[name]
+    assert result.status in (grading.FAILED, grading.ERROR) and result.flags, result
+    assert "course.sealed" in result.message or "reviews it by hand" in result.message, result

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
+import stat
 import unicodedata
 import zipfile
 from pathlib import Path
@@ -81,21 +82,30 @@ def _notebook(right: bool, answer: str = "") -> bytes:
     return nbformat.writes(notebook).encode()
 
 
-def _zip(entries: list[tuple[str, bytes]]) -> bytes:
+def _zip(entries: list[tuple[str, bytes]], links: tuple[str, ...] = ()) -> bytes:
+    """A zip of ``entries``; those named in ``links`` stored as symbolic links."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=(2026, 11, 20, 10, 0, 0))
+            if name in links:
+                info.external_attr = (stat.S_IFLNK | 0o777) << 16
             archive.writestr(info, data)
     return buffer.getvalue()
+
+
+def _templates(base: Path) -> Path:
+    """A templates folder holding notebook 00 alone."""
+    templates = base / "templates"
+    templates.mkdir()
+    (templates / WELCOME).write_bytes((ROOT / "notebooks" / WELCOME).read_bytes())
+    return templates
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     base = tmp_path_factory.mktemp("outputs")
-    templates = base / "templates"
-    templates.mkdir()
-    (templates / WELCOME).write_bytes((ROOT / "notebooks" / WELCOME).read_bytes())
+    templates = _templates(base)
     klass = base / "class"
     for folder, points in [*NAMES.items(), (".hidden", 1)]:
         (klass / folder).mkdir(parents=True)
@@ -224,21 +234,10 @@ REFUSED = {  # a class zip's entry -> the student it belongs to, whose only note
 
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory):
-    import stat
-
     base = tmp_path_factory.mktemp("refused")
-    templates = base / "templates"
-    templates.mkdir()
-    (templates / WELCOME).write_bytes((ROOT / "notebooks" / WELCOME).read_bytes())
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr(zipfile.ZipInfo(f"ada/{WELCOME}", (2026, 11, 20, 10, 0, 0)), _notebook(True))
-        for name in REFUSED:
-            info = zipfile.ZipInfo(name, (2026, 11, 20, 10, 0, 0))
-            if name.startswith("bob/"):
-                info.external_attr = (stat.S_IFLNK | 0o777) << 16
-            archive.writestr(info, _notebook(True))
-    (base / "class.zip").write_bytes(buffer.getvalue())
+    templates = _templates(base)
+    entries = [(name, _notebook(True)) for name in [f"ada/{WELCOME}", *REFUSED]]
+    (base / "class.zip").write_bytes(_zip(entries, links=(f"bob/{WELCOME}",)))
     said: list[str] = []
     out = base / "out"
     classroom.grade_class(base / "class.zip", out, templates, log=said.append)
