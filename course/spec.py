@@ -426,13 +426,19 @@ def _judge_case(
         raise
 
 
-def _pairs(spec: Spec | ModuleSpec, results: list[tuple[str, Any]], expected: Any) -> list:
+def _pairs(
+    spec: Spec | ModuleSpec, results: list[tuple[str, Any]], expected: Any, whole: bool = False
+) -> list:
     """``(what, got, want)`` of every result to compare: each call form's, and in a run of
-    several calls (``spec.calls``) each call's."""
+    several calls (``spec.calls``) each call's (``whole``: all it watched, not only its result)."""
     if not (isinstance(spec, Spec) and spec.calls):
         return [(what, got, expected) for what, got in results]
     return [
-        (f"{what}, call {k + 1}" if len(got) > 1 else what, mine["result"], ours["result"])
+        (
+            f"{what}, call {k + 1}" if len(got) > 1 else what,
+            mine if whole else mine["result"],
+            ours if whole else ours["result"],
+        )
         for what, got in results
         for k, (mine, ours) in enumerate(zip(got, expected, strict=True))
     ]
@@ -462,9 +468,9 @@ def _name_mistake(
             gives = compute(mistake.reference)
         except Exception:  # noqa: BLE001 - a mistake undefined on this case names nothing here
             continue
-        if _matches(_pairs(spec, [("", gives)], expected), case.strict):
+        if _matches(_pairs(spec, [("", gives)], expected, True), case.strict):
             continue  # the mistake changes nothing on this case
-        if _matches(_pairs(spec, results, gives), case.strict):
+        if _matches(_pairs(spec, results, gives, True), case.strict):
             raise _mistake_failure(results[0][0], mistake, spec.hint) from None
 
 

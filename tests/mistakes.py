@@ -14,9 +14,11 @@ import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 import course.checks
+import course.nn
 from course.spec import Build, Mistake, ModuleSpec, Spec
 
 
@@ -77,26 +79,29 @@ def module_of(
     code: Callable[..., Any],
     parameters: Callable[[Build], Mapping[str, tuple[int, ...]]] | None = None,
 ) -> type[nn.Module]:
-    """A module class whose forward is a reference (or mistake) in the spec's form, with the
-    trainable parameters it declares (the spec's, or the mistake's own)."""
-    shapes = parameters or spec.parameters
-    import torch
+    """A module class whose forward is a reference (or mistake) in the spec's form. Built as
+    the course's own module (``course.nn``: its attributes, its refusals, its sub-modules) where
+    there is one and the mistake keeps its parameters; else from the parameters it declares."""
+    base = getattr(course.nn, spec.name, None) if parameters is None else None
 
-    class Made(nn.Module):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__()
-            self.build = Build("", _bind(spec.init, spec.init_defaults, args, kwargs), list)
-            for name, shape in shapes(self.build).items():
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        inputs = _bind(spec.forward, spec.defaults, args, kwargs)
+        weights = dict(self.named_parameters())
+        return code(self.made, weights, dict(self.named_buffers()), **inputs)
+
+    def __init__(self: nn.Module, *args: Any, **kwargs: Any) -> None:
+        made = Build("", _bind(spec.init, spec.init_defaults, args, kwargs), list)
+        if base is not None:
+            base.__init__(self, *args, **kwargs)
+        else:
+            nn.Module.__init__(self)
+            for name, shape in (parameters or spec.parameters)(made).items():
                 holder, last = _holder(self, name)
                 holder.register_parameter(last, nn.Parameter(torch.randn(*shape) * 0.1))
+        self.made = made
 
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            inputs = _bind(spec.forward, spec.defaults, args, kwargs)
-            weights = dict(self.named_parameters())
-            return code(self.build, weights, dict(self.named_buffers()), **inputs)
-
-    Made.__name__ = spec.name
-    return Made
+    bases = (base,) if base is not None else (nn.Module,)
+    return type(spec.name, bases, {"__init__": __init__, "forward": forward})
 
 
 def as_student(spec: Spec | ModuleSpec, mistake: Mistake | None = None) -> Any:

@@ -127,6 +127,29 @@ def test_attention_nan_to_num_after_softmax_passes():
     assert result.status == PASSED, result.message
 
 
+def test_attention_gradients_through_an_additive_fully_blocked_row_are_not_demanded():
+    """2.1's text promises zero weights and output for a row whose keys are all masked, and
+    gradients in general, never a gradient through a float mask's row of -inf: code whose query
+    gradient is NaN there (softmax of -inf, then the NaN replaced) is right."""
+
+    def where_attention(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            blocked = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else None
+            scores = blocked if blocked is not None else scores + mask
+        weights = torch.softmax(scores, dim=-1)
+        weights = torch.where(torch.isnan(weights), torch.zeros_like(weights), weights)
+        return weights @ v, weights
+
+    q = torch.randn(1, 3, 4, requires_grad=True)
+    mask = torch.zeros(1, 3, 3)
+    mask[0, 2] = float("-inf")
+    where_attention(q, q, q, mask)[0].sum().backward()
+    assert torch.isnan(q.grad).any()  # the edge is real: NaN reaches the query there
+    result = check.scaled_dot_product_attention(where_attention, raise_on_failure=False)
+    assert result.status == PASSED, result.message
+
+
 def test_attention_stub_not_implemented():
     result = check.scaled_dot_product_attention(attention_stub, raise_on_failure=False)
     assert result.status == NOT_IMPLEMENTED

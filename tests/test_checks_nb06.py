@@ -434,6 +434,25 @@ def test_train_step_rejects_wrong_implementations(wrong):
     assert result.status == FAILED, result.message
 
 
+# Independently written steps, each one of the spec's named mistakes (nb06.STEP_MISTAKES).
+NAMED_TRAIN_STEPS = {
+    "forgets_zero_grad": "gradients never cleared",
+    "no_gradient_clipping": "the gradient not rescaled",
+    "clips_after_optimizer_step": "the gradient not rescaled",
+    "ignores_max_grad_norm": "clipping to 1.0",
+    "scheduler_stepped_before_optimizer": "the scheduler advanced before the update",
+    "scheduler_stepped_twice": "the scheduler advanced twice",
+}
+
+
+@pytest.mark.parametrize("name", NAMED_TRAIN_STEPS)
+def test_train_step_names_a_known_mistake_in_code_written_independently(name):
+    result = check.train_step(WRONG_TRAIN_STEPS[name], raise_on_failure=False)
+    assert result.status == FAILED and NAMED_TRAIN_STEPS[name] in (result.mistake or ""), (
+        result.message
+    )
+
+
 def test_train_step_unmoved_batch_is_named():
     result = check.train_step(train_step_factory(move_batch="none"), raise_on_failure=False)
     assert "not moved to the model's device" in result.message

@@ -20,8 +20,9 @@ from course.check import probe, replay
 from course.domains import Numbers, Tensors
 from course.observe import Foreign, decode, encode, to_plain
 from course.properties import generator
-from course.spec import Case, Spec, check
+from course.spec import Case, Mistake, Spec, check
 from course.virtual import DeviceMixed, run_on_virtual
+from tests.mistakes import function_of
 
 # --- the worked example (CONTRIBUTING.md's "Checks"), verbatim --------------------------------
 
@@ -75,10 +76,17 @@ def test_the_documented_worked_example_runs_through_probe_and_replay(where: str)
     """Copied as written, the example grades a right answer as passed and a wrong one as
     failed through the probe (the student's process) and the replay (the grader's)."""
     namespace = {"torch": torch, "Case": Case, "Spec": Spec, "check": check, "generator": generator}
-    namespace |= {"Numbers": Numbers, "Tensors": Tensors}
+    namespace |= {"Numbers": Numbers, "Tensors": Tensors, "Mistake": Mistake}
     exec(_worked_examples()[where], namespace)  # noqa: S102 - the documentation's own code
     documented = namespace["softmax"]
     assert replay(documented, probe(documented, right_softmax)[1]).passed
+    assert len(documented.spec.mistakes) == 2
+    for mistake in documented.spec.mistakes:  # each named, run as a student's answer
+        named = replay(
+            documented, probe(documented, function_of(documented.spec, mistake.reference))[1]
+        )
+        assert (named.status, named.mistake) == ("failed", mistake.name), named.message
+        assert f"gives what {mistake.name} gives" in named.message
     wrong = replay(documented, probe(documented, lambda x, dim=-1: x.exp())[1])
     assert wrong.status == "failed"
     # the declared domain at work: a default changed is met only by the drawn defaults form

@@ -28,6 +28,7 @@ from course.spec import (
     POSITIONAL,
     Build,
     Case,
+    Mistake,
     ModuleSpec,
     Property,
     Spec,
@@ -119,16 +120,8 @@ DROPOUT_HINT = (
 
 def _per_head(case: Case, got: Any, expected: Any, seen: Any) -> None:
     """Multi-head attention returns the weights of every head, (batch, num_heads, Lq, Lk):
-    names a wrong number of heads (heads of num_heads features) or a missing head axis."""
-    mine, theirs = got[1], expected[1]
-    heads = theirs.shape[1]
-    prop.expect(
-        mine.dim() != 3,
-        f"on {case.what}, the attention weights have shape {tuple(mine.shape)}, without a "
-        f"head axis; expected {tuple(theirs.shape)}, the weights of every head, not an "
-        "average (the property violated: the per-head weights).",
-        MHA_HINT,
-    )
+    names a wrong number of heads (heads of num_heads features)."""
+    mine, heads = got[1], expected[1].shape[1]
     prop.expect(
         mine.dim() != 4 or mine.shape[1] == heads,
         f"on {case.what}, the attention weights have {mine.shape[1]} heads on axis 1, but "
@@ -136,6 +129,41 @@ def _per_head(case: Case, got: Any, expected: Any, seen: Any) -> None:
         "heads of d_model / num_heads features each).",
         MHA_HINT,
     )
+
+
+def _mha(
+    b: Build,
+    w: dict,
+    buffers: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    mask: Any = None,
+    *,
+    wrong: str = "",
+) -> Any:
+    """3.2's reference (the text's formula in the inputs' dtype), or with ``wrong`` one of
+    :data:`MHA_MISTAKES` (the scores scaled by sqrt(d_model): w_q scaled by 1/sqrt(heads))."""
+    heads = b.inputs["num_heads"]
+    w = {n: t * heads**-0.5 if n[:3] == "w_q" and wrong == "d_model" else t for n, t in w.items()}
+    if mask is not None and wrong in ("mask", "inverted"):
+        mask = None if wrong == "mask" else ~mask
+    value = key if wrong == "key" else value
+    out, weights = ref.multi_head(w, "", query, key, value, mask, heads, exact=False)
+    return out, weights.mean(1) if wrong == "averaged" else weights
+
+
+MHA_MISTAKES = tuple(  # (name, the text's words it breaks, _mha's wrong)
+    Mistake(name, breaks, functools.partial(_mha, wrong=kind)) for name, breaks, kind in (
+        ("scores scaled by sqrt(d_model), not by the size of one head",
+         "heads of d_model / num_heads features", "d_model"),
+        ("the weights averaged over the heads", "the per-head weights `(batch, heads, Lq, Lk)`",
+         "averaged"),
+        ("the mask ignored", "a blocked key gets weight exactly 0 in every head", "mask"),
+        ("the mask inverted (True taken as blocked)", "boolean, True = \"may attend\"", "inverted"),
+        ("the key used as the value", "keys and values on the other", "key"),
+    )
+)  # fmt: skip
 
 
 def _in_train(module: Any, case: Case, call: Any) -> dict[str, Any]:
@@ -297,9 +325,8 @@ multi_head_attention = check(
         parameters=lambda b: ref.projections(
             "", b.inputs["d_model"], b.inputs["d_model"], b.inputs.get("bias", True)
         ),
-        reference=lambda build, w, buffers, query, key, value, mask=None: ref.multi_head(
-            w, "", query, key, value, mask, build.inputs["num_heads"], exact=False
-        ),
+        reference=_mha,
+        mistakes=MHA_MISTAKES,
         gradients=("query", "key", "value"),
         output=lambda r: r[0],
         hint=MHA_HINT,

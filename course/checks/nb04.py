@@ -28,6 +28,7 @@ from course.spec import (
     POSITIONAL,
     Build,
     Case,
+    Mistake,
     ModuleSpec,
     Property,
     Spec,
@@ -422,9 +423,16 @@ ROPE_HINT = (
 )
 
 
+def _half_split(x: torch.Tensor, positions: Any = None, base: float = 10000.0) -> torch.Tensor:
+    """GPT-NeoX's layout: the pairs (x_i, x_(i + d/2)) rotated, not the text's adjacent pairs."""
+    half = x.shape[-1] // 2
+    paired = torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
+    out = _rotated(paired, positions, base).unflatten(-1, (half, 2))
+    return torch.cat((out[..., 0], out[..., 1]), dim=-1)
+
+
 def _rotation(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
-    """A rotation by position: every vector keeps its norm, position 0 is unchanged, and the
-    adjacent pairs of the text are rotated (not the pairs (x_i, x_(i + d/2)))."""
+    """A rotation by position: every vector keeps its norm, position 0 is unchanged."""
     if got.shape != expected.shape:
         return  # the shape speaks for itself
     x = case.inputs["x"].double()
@@ -445,18 +453,6 @@ def _rotation(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -
             "angle 0 at position 0, positions count from 0).",
             ROPE_HINT,
         )
-    half = x.shape[-1] // 2
-    x = case.inputs["x"]
-    paired = torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
-    out = _rotated(**{**case.inputs, "x": paired}).unflatten(-1, (half, 2))
-    other = torch.cat((out[..., 0], out[..., 1]), dim=-1)
-    expect(
-        torch.allclose(got, expected, **bound) or not torch.allclose(got, other, **bound),
-        f"on {case.what}, the pairs (x_i, x_(i+d/2)) of the half-split layout were rotated; "
-        "this exercise rotates the adjacent pairs (x_2i, x_2i+1) (the property violated: "
-        "which coordinates form a pair).",
-        ROPE_HINT,
-    )
 
 
 def _placed(student: Any, case: Any, call_: Any, length: int = 12, dim: int = 32) -> list:
@@ -468,6 +464,7 @@ def _placed(student: Any, case: Any, call_: Any, length: int = 12, dim: int = 32
             student,
             t.expand(length, dim).clone(),
             names=("x",),
+            free=("x",),  # the text does not ask to leave x untouched
         )
         for n, t in (("query", q), ("key", k))
     ]
@@ -498,6 +495,15 @@ rope = check(
         forms=(POSITIONAL, KEYWORD, DEFAULTS),
         reference=_rotated,
         cases=_rope_cases,
+        mutable=("x", "positions"),  # the text asks to keep x's shape, dtype and device, no more
+        mistakes=(
+            Mistake(
+                "the half-split layout, pairs (x_i, x_(i+d/2))",
+                "Rotate the adjacent pairs `(x[..., 2i], x[..., 2i+1])`",
+                _half_split,
+                ROPE_HINT,
+            ),
+        ),
         gradients=("x",),
         hint=ROPE_HINT,
         properties=(

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +29,7 @@ from course.check import CheckFailure, expect
 from course.domains import Numbers
 from course.properties import generator, modes, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Property, Spec, check
+from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, check
 from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
@@ -407,9 +409,12 @@ def _steps(inputs: dict) -> list[dict]:
     return [dict(made, batch=unmoved(batch)) for batch in inputs["batches"]]
 
 
-def _formula_step(model, batch, optimizer, scheduler, max_grad_norm=1.0) -> float:  # noqa: ANN001
+def _formula_step(  # noqa: ANN001
+    model, batch, optimizer, scheduler, max_grad_norm=1.0, *, mistake: str = ""
+) -> float:
     """The update the text describes, as a formula: ``p - lr_k * min(1, max_norm / |g|) * g``,
-    ``g`` the gradient of this batch's loss alone (SGD subtracts ``lr_k`` times ``.grad``)."""
+    ``g`` the gradient of this batch's loss alone (SGD subtracts ``lr_k`` times ``.grad``);
+    ``mistake``: one of :data:`STEP_MISTAKES`' departures from it."""
     model.train()
     parameters = list(model.parameters())
     with torch.enable_grad():
@@ -417,12 +422,35 @@ def _formula_step(model, batch, optimizer, scheduler, max_grad_norm=1.0) -> floa
         grads = torch.autograd.grad(loss, parameters, allow_unused=True)
     pairs = zip(parameters, grads, strict=True)
     grads = [torch.zeros_like(p) if g is None else g for p, g in pairs]
+    if mistake == "kept":  # .grad never cleared: this gradient added to the last one
+        grads = [g if p.grad is None else g + p.grad for p, g in zip(parameters, grads)]  # noqa: B905
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    bound = {"unclipped": math.inf, "one": 1.0}.get(mistake, max_grad_norm)
     for parameter, grad in zip(parameters, grads, strict=True):
-        parameter.grad = min(1.0, max_grad_norm / (float(norm) + 1e-6)) * grad
+        parameter.grad = min(1.0, bound / (float(norm) + 1e-6)) * grad
+    for _ in range(mistake == "early"):  # the scheduler advanced before the update
+        scheduler.step()
     optimizer.step()
-    scheduler.step()
+    for _ in range({"early": 0, "twice": 2}.get(mistake, 1)):
+        scheduler.step()
     return float(loss.detach())
+
+
+STEP_MISTAKES = tuple(  # (name, the text's words it breaks, _formula_step's mistake, hint)
+    Mistake(name, breaks, functools.partial(_formula_step, mistake=kind), hint)
+    for name, breaks, kind, hint in (
+        ("gradients never cleared (each update adds the last one's)", "clear the old gradients",
+         "kept", "Gradients add up in `.grad` until something clears them."),
+        ("the update with the gradient not rescaled (no clipping, or clipping after the update)",
+         "clip the gradient norm to `max_grad_norm`, update the weights", "unclipped", CLIP_HINT),
+        ("clipping to 1.0 whatever `max_grad_norm` says", "clip the gradient norm to "
+         "`max_grad_norm`", "one", CLIP_HINT),
+        ("the scheduler advanced before the update", "update the weights, advance the scheduler",
+         "early", "Step k uses the k-th learning rate: the scheduler moves on after the update."),
+        ("the scheduler advanced twice per step", "advance the scheduler", "twice",
+         "The scheduler moves on exactly once per training step."),
+    )
+)  # fmt: skip
 
 
 def _judge_steps(case: Case, got: list, expected: list, seen: Any) -> None:
@@ -474,6 +502,7 @@ train_step = check(
         defaults={"max_grad_norm": 1.0},
         mutable=("model", "optimizer", "scheduler"),
         reference=_formula_step,
+        mistakes=STEP_MISTAKES,
         cases=_step_cases,
         calls=_steps,
         watch=_watch,

@@ -145,8 +145,9 @@ def gradients(
         else x
         for x in inputs
     ]
-    with torch.enable_grad():
-        output = forward(*leaves)
+    with torch.enable_grad():  # the code gets copies: one that writes into its input (where
+        # the text allows it) works as on the output of a layer, not on a leaf
+        output = forward(*(x.clone() if _wants_grad(x) else x for x in leaves))
         if not isinstance(output, torch.Tensor):
             raise CheckFailure(
                 f"the forward pass returned {a_type(output)}, not a tensor.",
@@ -162,6 +163,10 @@ def gradients(
         "inputs": [x.grad if isinstance(x, torch.Tensor) else None for x in leaves],
         "parameters": {name: p.grad for name, p in params.items()},
     }
+
+
+def _wants_grad(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.requires_grad
 
 
 def observe_gradients(
