@@ -17,7 +17,14 @@ SOLUTIONS ?= 1
 HUB       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade sandbox release gradescope clean site check-site diagrams
+
+# Paths given on the command line (DIR, SUBMISSIONS, OUT, POINTS, MANUAL, JSON) reach the
+# recipes through the environment, written "$$DIR": spaces, accents and quotes pass intact.
+# A relative one is read where make runs; `make -C dir` runs in dir, so a relative path typed in
+# another directory is refused in one line rather than read in the wrong folder.
+export COURSE_CALLER_DIR := $(PWD)
+typed_here = $(foreach v,$(1),case "$$$(v)" in (""|/*) ;; (*) [ -z "$$COURSE_CALLER_DIR" ] || [ "$$(cd "$$COURSE_CALLER_DIR" 2>/dev/null && pwd -P)" = "$$(pwd -P)" ] || { echo "$(v)=$$$(v) is a relative path, but make runs in $$(pwd), not where you typed it ($$COURSE_CALLER_DIR): give $(v) as an absolute path, e.g. $(v)=\"$$COURSE_CALLER_DIR/$$$(v)\"" >&2; exit 2; };; esac;)
+.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade report sandbox release gradescope clean site check-site diagrams
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -35,7 +42,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_ARGS: more options)
 	@test -d "$(or $(DIR),notebooks)" || { echo "DIR=$(DIR) is not a folder of this repository (try DIR=solutions)"; exit 1; }
-	$(BIN)/jupyter lab --notebook-dir=$(or $(DIR),notebooks) --LabApp.app_settings_dir=$(CURDIR)/jupyter-config/lab-settings $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir="$(or $(DIR),notebooks)" --LabApp.app_settings_dir="$(CURDIR)/jupyter-config/lab-settings" $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
 	$(BIN)/python -m course.nbtools check
@@ -57,7 +64,8 @@ lint: setup ## Lint the package, the tests and the notebooks with ruff
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
 
 bench: setup ## Time the course's code against what you'd pick instead: its loop vs Trainer, its layers vs nn.Transformer
-	$(BIN)/python -m course.bench $(if $(JSON),--json $(JSON),)
+	@$(call typed_here,JSON)
+	$(BIN)/python -m course.bench $(if $(JSON),--json "$$JSON",)
 
 solutions: setup ## Execute solutions/ and save them as readers see them (figures, final bars); NB="05 07" for some
 	$(BIN)/python -m course.refresh $(NB)
@@ -77,25 +85,35 @@ badges: setup ## Point the Colab badges at another repository: make badges REPO=
 	$(BIN)/python -m course.nbtools badges --repo $(REPO)
 
 progress: setup ## Your progress, graded as make grade would (DIR=notebooks, JOBS=2 by default)
-	$(BIN)/python -m course.classroom progress --dir $(or $(DIR),notebooks) -j $(or $(JOBS),2)
+	@$(call typed_here,DIR)
+	$(BIN)/python -m course.classroom progress --dir "$${DIR:-notebooks}" -j $(or $(JOBS),2)
 
 grade: setup ## Grade a class: make grade SUBMISSIONS=dir|zip OUT=dir [JOBS=1] [TIMEOUT=s] [POINTS=json] [MANUAL=csv]
-	@test -n "$(SUBMISSIONS)" -a -n "$(OUT)" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [TIMEOUT=seconds per exercise] [POINTS=file.json] [MANUAL=file.csv]"; exit 1; }
-	$(BIN)/python -m course.classroom grade --submissions $(SUBMISSIONS) --out $(OUT) -j $(or $(JOBS),1) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(POINTS),--points $(POINTS),) $(if $(MANUAL),--manual $(MANUAL),)
-	$(BIN)/python -m course.classroom verify $(OUT)
+	@test -n "$$SUBMISSIONS" -a -n "$$OUT" || { echo "usage: make grade SUBMISSIONS=dir OUT=dir [JOBS=N] [TIMEOUT=seconds per exercise] [POINTS=file.json] [MANUAL=file.csv]"; exit 1; }
+	@$(call typed_here,SUBMISSIONS OUT POINTS MANUAL)
+	$(BIN)/python -m course.classroom grade --submissions "$$SUBMISSIONS" --out "$$OUT" -j $(or $(JOBS),1) $(if $(TIMEOUT),--timeout $(TIMEOUT),) $(if $(POINTS),--points "$$POINTS",) $(if $(MANUAL),--manual "$$MANUAL",)
+	$(BIN)/python -m course.classroom verify "$$OUT"
+	@echo "What the class got wrong, by named mistake: make report OUT=\"$$OUT\" [NAMES=1]" >&2
+
+report: setup ## What a graded class got wrong, by named mistake: make report OUT=dir [NAMES=1]
+	@test -n "$$OUT" || { echo "usage: make report OUT=<the folder make grade wrote> [NAMES=1: name the students]"; exit 1; }
+	@$(call typed_here,OUT)
+	$(BIN)/python -m course.grading.report "$$OUT" $(if $(filter 1,$(NAMES)),--names,)
 
 sandbox: setup ## How student code is fenced in on this machine (needs bubblewrap: apt-get install bubblewrap)
 	$(BIN)/python -m course.grading.sandbox
 
 release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1 [HUB=url]]
-	@test -n "$(DIR)" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1: with its website] [HUB=url]"; exit 1; }
-	$(BIN)/python -m course.release $(DIR) $(UPTO) $(if $(REPO),--repo $(REPO),) $(if $(filter 1,$(SITE)),--site $(if $(HUB),--hub $(HUB),),)
+	@test -n "$$DIR" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1: with its website] [HUB=url]"; exit 1; }
+	@$(call typed_here,DIR)
+	$(BIN)/python -m course.release "$$DIR" $(UPTO) $(if $(REPO),--repo $(REPO),) $(if $(filter 1,$(SITE)),--site $(if $(HUB),--hub $(HUB),),)
 
 gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json] [TIMEOUT=s]
-	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points $(POINTS),) $(if $(TIMEOUT),--timeout $(TIMEOUT),)
+	@$(call typed_here,POINTS)
+	$(BIN)/python -m course.classroom gradescope --out dist/autograder.zip $(if $(ONLY),--only $(ONLY),) $(if $(POINTS),--points "$$POINTS",) $(if $(TIMEOUT),--timeout $(TIMEOUT),)
 
 site: setup ## Build the website into site/ from the stored notebooks [SOLUTIONS=0] [HUB=url] [REPO=o/n]
-	$(BIN)/python docs/site/build.py --out $(SITE_DIR) $(if $(filter 0,$(SOLUTIONS)),--no-solutions,) $(if $(HUB),--hub $(HUB),) $(if $(REPO),--repo $(REPO),)
+	$(BIN)/python docs/site/build.py --out "$(SITE_DIR)" $(if $(filter 0,$(SOLUTIONS)),--no-solutions,) $(if $(HUB),--hub $(HUB),) $(if $(REPO),--repo $(REPO),)
 
 # The browser test opens every page of two sites in headless Chromium (Debian's chromium and
 # chromium-driver): the site above and a student site with nbgitpuller links. It clicks a copy
@@ -105,7 +123,7 @@ site: setup ## Build the website into site/ from the stored notebooks [SOLUTIONS
 # SCREENSHOTS=docs also writes docs/site-landing.png and docs/site-notebook.png.
 check-site: site ## Build the site (and a student one), then open every page in headless Chromium
 	$(BIN)/python docs/site/build.py --out build/site-student --no-solutions --hub https://hub.example.edu
-	COURSE_SITE_DIRS=$(SITE_DIR):build/site-student $(if $(SCREENSHOTS),COURSE_SITE_SCREENSHOTS=$(SCREENSHOTS),) \
+	COURSE_SITE_DIRS="$(SITE_DIR):build/site-student" $(if $(SCREENSHOTS),COURSE_SITE_SCREENSHOTS=$(SCREENSHOTS),) \
 	  $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider -q
 
 clean: ## Remove the environment, caches and prepared data (never your notebooks)

@@ -1,9 +1,11 @@
 """CI: an honest class graded right in five machine layouts (issue 37, item 5).
 
 Run as root from the checkout, with its venv: ``.venv/bin/python .ci/layouts.py [a b ...]``.
-A class of three complete submissions (every notebook, 06 included; one name accented) and a
-half-done one (only 0.1 written) is graded with ``make grade JOBS=2`` with ``TMPDIR`` set, and
-two of them again with ``make progress``, in each layout:
+In each layout, one complete submission (every notebook, 06 included; an accented name) and a
+half-done one (only 0.1 written; a name with a space and an accent) are graded with
+``make grade JOBS=2`` under ``LC_ALL=C`` with ``TMPDIR`` set, and the half-done one again with
+``make progress``; layout a grades a second complete submission in the same run (several
+students in one run, once: what a layout adds is its paths, uids and sandbox, not more hand-ins):
 
   a  root grader, the checkout outside /tmp, the interpreter under a mode-700 folder; bwrap
   b  root grader, the checkout (its venv inside) and TMPDIR under /tmp; bwrap
@@ -14,7 +16,8 @@ two of them again with ``make progress``, in each layout:
 
 In each: every complete submission gets full marks (each asserted on its own), the half-done
 one gets 0.1 and "not started" on every other exercise, ``make progress`` agrees with ``make
-grade``, and the setup check's line names the isolation really used. A layout that cannot be
+grade`` for it, and the setup check's line names the isolation really used. (That progress
+agrees on a complete submission is tested by ``make check-grading``, on the solutions.) A layout that cannot be
 built fails the run: none is skipped. Each layout's time is printed.
 """
 
@@ -38,8 +41,8 @@ from course.classroom import all_exercises, notebook_paths  # noqa: E402
 WORK = Path(os.environ.get("COURSE_LAYOUTS_DIR", "/var/tmp/course-layouts"))
 UNDER_TMP = Path("/tmp/course-layouts-b")
 USER = "courseci"
-COMPLETE = ["ann", "bea", "chloé"]
-HALF = "dan"
+COMPLETE = ["chloé", "ann"]  # ann only in layout a: several complete hand-ins in one run
+HALF = "dan Ðoré"
 EXERCISES = [e for _, e in all_exercises(notebook_paths(ROOT / "notebooks"))]
 RIGHT_SOFTMAX = (
     "def softmax(x, dim=-1):\n"
@@ -79,11 +82,11 @@ def must(done: subprocess.CompletedProcess, what: str) -> subprocess.CompletedPr
 # --- the class -------------------------------------------------------------------------------
 
 
-def build_class(folder: Path) -> Path:
-    """Three complete hand-ins (the solutions) and a half-done one (0.1 only), readable by all."""
+def build_class(folder: Path, complete: list[str]) -> Path:
+    """Complete hand-ins (the solutions) and a half-done one (0.1 only), readable by all."""
     if folder.exists():
         shutil.rmtree(folder)
-    for student in COMPLETE:
+    for student in complete:
         shutil.copytree(ROOT / "solutions", folder / student)
     half = folder / HALF
     shutil.copytree(ROOT / "notebooks", half)
@@ -210,6 +213,7 @@ def grade_layout(
     user: str | None = None,
     path: str | None = None,
     env_extra: dict | None = None,
+    complete: list[str] = COMPLETE[:1],
 ) -> float:
     start = time.time()
     if tmpdir != Path("/tmp"):
@@ -223,14 +227,14 @@ def grade_layout(
         shutil.rmtree(out)
     if user:
         out.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, TMPDIR=str(tmpdir), **(env_extra or {}))
+    env = dict(os.environ, TMPDIR=str(tmpdir), LC_ALL="C", **(env_extra or {}))
     env.pop("COURSE_SANDBOX", None)
     if path:
         env["PATH"] = path
     if user:  # the user writes OUT: a folder it owns, next to the others
         out.mkdir(parents=True)
         shutil.chown(out, user, user)
-    klass = WORK / "class"
+    klass = build_class(WORK / f"class-{name}", complete)
     done = must(
         run(
             ["make", "-C", str(checkout), "grade", f"SUBMISSIONS={klass}", f"OUT={out}", "JOBS=2"],
@@ -241,7 +245,8 @@ def grade_layout(
     )
     check_isolation(name, done.stderr, isolation)
     grades = read_grades(out / "grades.csv")
-    for student in COMPLETE:
+    assert set(grades) == {*complete, HALF}, f"{name}: rows {sorted(grades)}"
+    for student in complete:
         row = grades[student]
         wrong = {e: row[e] for e in EXERCISES if row[e] != "1"}
         assert not wrong, f"{name}: {student} did not get full marks: {wrong}"
@@ -253,25 +258,24 @@ def grade_layout(
     started = feedback.count("(not implemented, 0 of")
     assert started == len(EXERCISES) - 1, f"{name}: {HALF}'s feedback: {started} not started"
     # make progress agrees with make grade: the same exercises passed, the rest not started.
-    for student, passed in ((COMPLETE[0], set(EXERCISES)), (HALF, {"0.1"})):
-        shown = must(
-            run(
-                ["make", "-C", str(checkout), "progress", f"DIR={klass / student}", "JOBS=2"],
-                user=user,
-                env=env,
-            ),
-            f"{name}: make progress {student}",
-        )
-        check_isolation(name, shown.stderr, isolation)
-        rows = progress_rows(shown.stdout)
-        assert {e for e, s in rows.items() if s == "passed"} == passed, f"{name}: {student}: {rows}"
-        assert all(s == "not started" for e, s in rows.items() if e not in passed), rows
-        assert f"passed: {len(passed)} of {len(EXERCISES)} exercises" in shown.stdout
-        graded = {e for e in EXERCISES if grades[student][e] == "1"}
-        assert graded == passed, f"{name}: progress and grade disagree for {student}"
+    shown = must(
+        run(
+            ["make", "-C", str(checkout), "progress", f"DIR={klass / HALF}", "JOBS=2"],
+            user=user,
+            env=env,
+        ),
+        f"{name}: make progress {HALF}",
+    )
+    check_isolation(name, shown.stderr, isolation)
+    rows = progress_rows(shown.stdout)
+    assert {e for e, s in rows.items() if s == "passed"} == {"0.1"}, f"{name}: {HALF}: {rows}"
+    assert all(s == "not started" for e, s in rows.items() if e != "0.1"), rows
+    assert f"passed: 1 of {len(EXERCISES)} exercises" in shown.stdout
+    graded = {e for e in EXERCISES if grades[HALF][e] == "1"}
+    assert graded == {"0.1"}, f"{name}: progress and grade disagree for {HALF}"
     seconds = time.time() - start
     say(
-        f"{name}: {len(COMPLETE)} complete hand-ins full marks, {HALF} 1 passed and "
+        f"{name}: {len(complete)} complete hand-ins full marks, {HALF} 1 passed and "
         f"{len(EXERCISES) - 1} not started, progress agrees; isolation {isolation}; {seconds:.0f} s"
     )
     return seconds
@@ -319,8 +323,9 @@ def refused(name: str, checkout: Path, path: str) -> float:
     env = dict(os.environ, TMPDIR=str(WORK / name / "tmp"), PATH=path)
     env.pop("COURSE_SANDBOX", None)
     (WORK / name / "tmp").mkdir(parents=True, exist_ok=True)
+    klass = build_class(WORK / f"class-{name}", [])
     done = run(
-        ["make", "-C", str(checkout), "grade", f"SUBMISSIONS={WORK / 'class'}", f"OUT={out}"],
+        ["make", "-C", str(checkout), "grade", f"SUBMISSIONS={klass}", f"OUT={out}"],
         env=env,
     )
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
@@ -339,19 +344,17 @@ def main(wanted: list[str]) -> int:
     wanted = wanted or ["a", "b", "c", "d", "e"]
     WORK.mkdir(parents=True, exist_ok=True)
     WORK.chmod(0o755)
-    build_class(WORK / "class")
     times = {}
     total = time.time()
     nobwrap = no_bwrap_path(WORK / "no-bwrap-bin")
-    # Clones, never this checkout: grading restores the grader's course tree when it changes, and
-    # someone may be editing this one.
+    # Clones, each a layout's own paths (and this checkout may be in use meanwhile).
     outside = None
     if "a" in wanted:
         say(f"a: interpreter {_premise_mode_700()}")
         if outside is None:
             outside = clone(WORK / "a" / "course")
             copy_venv(outside)
-        times["a"] = grade_layout("a", outside, WORK / "a" / "tmp", "bwrap")
+        times["a"] = grade_layout("a", outside, WORK / "a" / "tmp", "bwrap", complete=COMPLETE)
     if "b" in wanted:
         under = clone(UNDER_TMP / "course")
         copy_venv(under)

@@ -6,8 +6,9 @@ Commands (``python -m course.classroom <command>``; the Makefile wraps them):
   ``passed: N of M exercises``.
 * ``grade --submissions DIR --out DIR [-j N] [--points FILE] [--manual FILE] [--timeout S]``
   a class (a folder, or a zip of it: one sub-folder, zip or notebook per student, Canvas and
-  Moodle bulk downloads too); writes ``OUT/grades.csv``, ``OUT/feedback/<student>.md`` and
-  ``OUT/written/Question_<id>.md`` (every student's written answer to one question).
+  Moodle bulk downloads too); writes ``OUT/grades.csv``, ``OUT/feedback/<student>.md``,
+  ``OUT/written/Question_<id>.md`` (every student's written answer to one question) and
+  ``OUT/course-version.txt`` (the digest of the course that graded).
 * ``gradescope --out dist/autograder.zip [--only 03,04]``  the Gradescope autograder archive.
 * ``verify OUT``  whether every file of OUT is as ``grade`` wrote it (``OUT/manifest.json``).
 * ``autograde [--root /autograder]``  what the archive's ``run_autograder`` calls: grade
@@ -18,6 +19,10 @@ Commands (``python -m course.classroom <command>``; the Makefile wraps them):
 (which file is which notebook) and grade it with :func:`grade_handin` against the same
 templates (the pristine exercise notebooks), so they give the same verdicts on the same folder.
 The engine is :mod:`course.grading`; the statuses are in :mod:`course.contract`.
+
+``progress`` and ``grade`` run again in a child interpreter that imports a read-only copy of the
+course made when the command starts (:mod:`course.grading.pinned`): editing ``course/`` while a
+class is graded changes nothing of that run, and the run never writes to the checkout.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import nbformat
 
 from course import grading, handins
 from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
-from course.grading import ExerciseResult, names, output, setup
+from course.grading import ExerciseResult, names, output, pinned, setup
 from course.grading.points import Line, decide, flags_text, total
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +61,7 @@ TEMPLATES = SHIPPED_TEMPLATES if SHIPPED_TEMPLATES.is_dir() else NOTEBOOKS
 NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.ipynb$")
 QUESTION = re.compile(r"^#+\s*Question\s+(\d+\.\d+)\b", re.MULTILINE)
 ANSWER_MARK = "**Your answer:**"
+VERSION_FILE = "course-version.txt"  # in OUT: which course graded the class
 
 
 class ConfigError(ValueError):
@@ -464,10 +470,9 @@ def pristine_templates(folder: Path, templates: list[Path], scratch: Path) -> li
         return templates
     out = []
     for path in templates:
-        try:
-            relative = path.resolve().relative_to(ROOT)
+        try:  # git is asked in the templates' own folder: the grader runs from a pinned copy
             shown = subprocess.run(
-                ["git", "-C", str(ROOT), "show", f"HEAD:{relative.as_posix()}"],
+                ["git", "-C", str(path.resolve().parent), "show", f"HEAD:./{path.name}"],
                 capture_output=True,
                 timeout=30,
                 check=True,
@@ -701,9 +706,18 @@ def grade_class(
         rows.append([g.student, *cells, f"{earned:g}", flags])
         files[feedback_file] = names.text(feedback(g, points, mine, asked))
     files["grades.csv"] = names.csv_text(rows)  # every cell quoted: safe under "," and ";"
+    # What `make report` counts: the same trusted results as the grades, never a second run.
+    from course.grading.report import RECORDS, records_json
+
+    files[RECORDS] = records_json((g.student, g.results) for g in graded)
     if skipped:
         files["skipped.txt"] = names.text("".join(f"{line}\n" for line in skipped))
     files.update({k: names.text(v) for k, v in written_files(graded, asked).items()})
+    files[VERSION_FILE] = (
+        f"course version {pinned.version()}: the sha256 of the course package that graded this "
+        "class, as it was when the run started (a regrade after an edit of course/ shows "
+        "another)\n"
+    )
     output.write_tree(out, files)
     changed = output.verify(out)
     if changed:
@@ -819,6 +833,27 @@ def autograde(root: Path) -> dict:
 # --- command line ----------------------------------------------------------------------------
 
 
+def _absolute_argv(args: argparse.Namespace) -> list[str]:
+    """``progress`` or ``grade`` again, every path made absolute (the pinned run works in its
+    copy, not in this directory)."""
+    here = Path.cwd()  # joined as typed, not resolved through links
+    if args.command == "progress":
+        paths = {"--dir": args.dir, "--templates": args.templates}
+        rest = ["-j", str(args.jobs)]
+    else:
+        paths = {
+            "--submissions": args.submissions,
+            "--out": args.out,
+            "--templates": args.templates,
+            "--points": args.points,
+            "--manual": args.manual,
+        }
+        rest = ["-j", str(args.jobs), "--timeout", repr(args.timeout)]
+        rest += ["--memory-gb", repr(args.memory_gb)]
+    given = [[option, str(here / value)] for option, value in paths.items() if value is not None]
+    return [args.command, *(word for pair in given for word in pair), *rest]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course.classroom", description=__doc__.split("\n")[0]
@@ -851,6 +886,17 @@ def main(argv: list[str] | None = None) -> int:
         "--root", type=Path, default=Path(os.environ.get("COURSE_AUTOGRADER_ROOT", "/autograder"))
     )
     args = parser.parse_args(argv)
+    if args.command in ("progress", "grade") and pinned.active() is None:
+        # Graded from a read-only copy of the course made now, never from the checkout.
+        return pinned.run_pinned(_absolute_argv(args))
+    if args.command in ("progress", "grade"):
+        pinned.require_active()
+        print(
+            f"grading with the course as this run found it: version {pinned.version()} "
+            "(a read-only copy; an edit of course/ from now on applies to the next run)",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.command in ("progress", "grade", "autograde"):
         from course.grading import sandbox
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from course import sealed
-from course.failure import CheckFailure, summarise_exception
+from course.failure import CheckFailure, students_words, summarise_exception
 
 LOCAL, PROBE, REPLAY = "local", "probe", "replay"
 MAX_RECORD_BYTES = 64 * 1024**2  # a probe record larger than this is refused on reading
@@ -404,8 +404,11 @@ def _raise_or_return(observation: Observation) -> Any:
         )
     if observation.kind == "not_implemented":
         raise NotImplementedError
+    # Both messages are words of the student's process: quoted, they name no property.
     if observation.kind == "failure":
-        raise CheckFailure(observation.message, observation.hint)
+        raise CheckFailure(students_words(observation.message), observation.hint)
     if observation.kind == "error":
-        raise StudentError(observation.message, observation.error_type or "Exception")
+        raise StudentError(
+            students_words(observation.message), observation.error_type or "Exception"
+        )
     return observation.value

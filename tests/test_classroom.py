@@ -397,16 +397,44 @@ def test_gradescope_setup_updates_apt_first_and_takes_cpu_torch(tmp_path):
         classroom.build_gradescope(tmp_path / "x.zip", only=["00"], points_file=points)
 
 
-def test_make_grade_passes_timeout_and_manual_on():
-    dry = subprocess.run(
-        ["make", "-n", "grade", "SUBMISSIONS=s", "OUT=o", "TIMEOUT=30", "MANUAL=m.csv"]
-        + ["POINTS=p.json"],
-        cwd=ROOT,
+def _make_args(tmp_path: Path, where: Path, *args: str) -> subprocess.CompletedProcess:
+    """``make -C ROOT ARGS`` typed in ``where`` with LC_ALL=C, its interpreter a stand-in that
+    prints each argument it gets on a line of its own (setup taken as done)."""
+    fake = tmp_path / "fake-bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "python").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    (fake / "python").chmod(0o755)
+    return subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "-o", "setup", f"BIN={fake}", *args],
+        cwd=where,
+        env=dict(os.environ, LC_ALL="C", PWD=str(where)),
         capture_output=True,
-        text=True,
+        encoding="utf-8",
         timeout=60,
-    ).stdout
-    assert "--timeout 30" in dry and "--manual m.csv" in dry and "--points p.json" in dry
+    )
+
+
+def test_make_passes_every_path_whole_and_refuses_one_typed_elsewhere(tmp_path):
+    odd = str(tmp_path / "Moodle class é" / "Chloé Ðoré's \"work\" (1)")  # ($ is make's own syntax)
+    done = _make_args(
+        tmp_path, ROOT, "grade", f"SUBMISSIONS={odd}", f"OUT={odd} out", "TIMEOUT=30",
+        "MANUAL=m e.csv", "POINTS=p é.json",
+    )
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.splitlines()
+    assert words[words.index("--submissions") + 1] == odd
+    assert words[words.index("--out") + 1] == f"{odd} out" and words[-1] == f"{odd} out"
+    assert words[words.index("--manual") + 1] == "m e.csv"  # relative, typed where make runs
+    assert words[words.index("--points") + 1] == "p é.json"
+    assert words[words.index("--timeout") + 1] == "30"
+    done = _make_args(tmp_path, ROOT, "progress", f"DIR={odd}")
+    assert done.stdout.splitlines()[3:5] == ["--dir", odd], done.stdout
+    # `make -C` from another directory: a relative path is refused, one line, nothing run.
+    for target, variable in (("progress", "DIR"), ("grade", "OUT")):
+        done = _make_args(tmp_path, tmp_path, target, "SUBMISSIONS=/s", f"{variable}=my class")
+        assert done.returncode != 0 and done.stdout == "", done.stdout
+        (line,) = [x for x in done.stderr.splitlines() if not x.startswith("make")]
+        assert line.startswith(f"{variable}=my class is a relative path") and str(ROOT) in line
 
 
 # --- slow: the scenarios of issue 24 with the real engine -------------------------------------
@@ -556,7 +584,7 @@ def test_written_answers_reach_the_instructor(graded_scenarios):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("student", ["colab", "added", "renamed", "whole.zip"])
+@pytest.mark.parametrize("student", ["colab", "renamed"])  # no cell ids; three renamed files
 def test_progress_gives_the_same_verdicts_on_the_same_folders(graded_scenarios, student):
     subs, _, graded = graded_scenarios
     done = subprocess.run(
@@ -636,8 +664,14 @@ def test_make_progress_on_every_notebook(folder, expect_all, tmp_path):
         timeout=1800,
     )
     last = done.stdout.strip().splitlines()[-1]
-    total = len(classroom.all_exercises(classroom.notebook_paths(ROOT / "notebooks")))
+    every = classroom.all_exercises(classroom.notebook_paths(ROOT / "notebooks"))
+    total = len(every)
     assert last == f"passed: {total if expect_all else 0} of {total} exercises", done.stdout[-3000:]
+    # Every row: each solved exercise passes, each blank one is "not started" (no error row).
+    rows = [line.split(None, 2) for line in done.stdout.splitlines() if line[:2].isdigit()]
+    assert [(Path(n).stem, e) for n, e in every] == [(r[0], r[1]) for r in rows]
+    wanted = "✅ passed" if expect_all else "⏳ not started"
+    assert [r for r in rows if r[2] != wanted] == [], done.stdout[-3000:]
 
 
 @pytest.mark.slow
@@ -671,3 +705,90 @@ def test_progress_in_place_reads_the_templates_from_git(tmp_path):
     ).stdout
     assert pristine[0] == tmp_path / WELCOME and pristine[0].read_bytes() == committed
     assert classroom.pristine_templates(tmp_path, templates, tmp_path) == templates
+
+
+# --- the instructor's checkout: any folder name, never written while it grades ----------------
+
+
+def _checkout_copy(where: Path, notebooks: list[str]) -> Path:
+    """A checkout of this course at ``where`` (its course/, the named templates, the Makefile),
+    using this checkout's venv."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "course", where / "course", ignore=ignore)
+    shutil.copytree(ROOT / "data" / "samples", where / "data" / "samples")
+    (where / "notebooks").mkdir()
+    for name in notebooks:
+        shutil.copy2(ROOT / "notebooks" / name, where / "notebooks" / name)
+    for name in ("Makefile", "requirements.txt", "pyproject.toml"):  # copy2: setup stays done
+        shutil.copy2(ROOT / name, where / name)
+    (where / ".venv").symlink_to(Path(sys.prefix))  # the venv running these tests
+    return where
+
+
+def _make(checkout: Path, where: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    """``make -C checkout ARGS`` typed in ``where`` (a shell sets PWD there), with LC_ALL=C."""
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_GRADING_RESTORE"}
+    env.update(LC_ALL="C", PWD=str(where))
+    return subprocess.run(
+        ["make", "-s", "-C", str(checkout), *args],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        encoding="utf-8",
+        errors="replace",
+        **kw,
+    )
+
+
+@pytest.mark.slow
+def test_an_instructors_edit_while_grading_is_kept_and_changes_no_row(tmp_path):
+    # A checkout, a class and a student whose names hold spaces and accents, under LC_ALL=C.
+    checkout = _checkout_copy(tmp_path / "Ðoré's course", [WELCOME])
+    klass = tmp_path / "class é"
+    _write(_solved(WELCOME), klass / "Chloé Ðoré" / WELCOME)
+    _write(_template(), klass / "dan half" / WELCOME)  # handed in as handed out
+    out = tmp_path / "out é"
+    check = checkout / "course" / "checks" / "nb00.py"
+    note = checkout / "course" / "instructor_note.py"
+    edit = "\n\ndef softmax(*args, **kwargs):  # an edit that fails everyone\n    raise ValueError\n"
+    from course.grading import kernel
+
+    started = kernel.digest(kernel._files(checkout / "course"))
+
+    # make progress with a relative path typed in the checkout, spaces and accents in it.
+    relative = os.path.relpath(klass / "Chloé Ðoré", checkout)
+    shown = _make(checkout, checkout, "progress", f"DIR={relative}", timeout=900)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert shown.stdout.strip().splitlines()[-1] == "passed: 1 of 1 exercises", shown.stdout
+    # The same relative path typed elsewhere (make -C): refused in one line, nothing run.
+    elsewhere = _make(checkout, tmp_path, "progress", f"DIR={relative}", timeout=60)
+    assert elsewhere.returncode != 0 and "is a relative path" in elsewhere.stderr
+    assert "DIR=" in elsewhere.stderr.splitlines()[0] and "Traceback" not in elsewhere.stderr
+
+    # make grade; the instructor edits a check and adds a file once the run has started.
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_GRADING_RESTORE"}
+    env.update(LC_ALL="C", PWD=str(checkout))
+    command = ["make", "-s", "-C", str(checkout), "grade", f"SUBMISSIONS={klass}", f"OUT={out}"]
+    with subprocess.Popen(
+        command, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        encoding="utf-8", errors="replace",
+    ) as grader:
+        said = []
+        for line in grader.stderr:
+            said.append(line)
+            if line.startswith("grading with the course"):
+                check.write_text(check.read_text(encoding="utf-8") + edit, encoding="utf-8")
+                note.write_text("# the instructor's note\n", encoding="utf-8")
+        printed = grader.stdout.read()
+        assert grader.wait(timeout=900) == 0, "".join(said)[-3000:]
+    said = "".join(said)
+    assert check.read_text(encoding="utf-8").endswith(edit) and note.exists()  # both kept
+    assert "course/checks/nb00.py" in said and "course/instructor_note.py" in said  # and named
+    with open(out / "grades.csv", newline="", encoding="utf-8") as file:
+        rows = {row["student"]: row for row in csv.DictReader(file)}
+    assert (rows["Chloé Ðoré"]["0.1"], rows["dan half"]["0.1"]) == ("1", "0"), printed
+    assert rows["Chloé Ðoré"]["flags"] == rows["dan half"]["flags"] == ""  # nobody flagged
+    assert "(not implemented, 0 of" in (out / "feedback" / "dan half.md").read_text("utf-8")
+    version = (out / classroom.VERSION_FILE).read_text(encoding="utf-8")
+    assert f"course version {started[:16]}:" in version  # the version the run started with
+    assert started[:16] in said

@@ -2,13 +2,14 @@
 
 Fast tests build graded notebooks without running them, and replay records in this process.
 Kernel tests run a few small notebooks (a synthetic checks module, ``nb99``, installed from
-tests/fixtures/forgeries/nb99_checks.py). The ``slow`` ones grade every solution notebook and
-every blank one (``make check-grading``). Forgeries: tests/test_grading_forgeries.py. Hand-ins,
-classes, feedback and Gradescope archives: tests/test_classroom.py and tests/test_handins.py.
+tests/fixtures/forgeries/nb99_checks.py). The ``slow`` ones grade Colab-saved answers (``make
+check-grading``; every solution and every blank notebook is graded once, by ``make progress``,
+in tests/test_classroom.py). Forgeries: tests/test_grading_forgeries.py. Hand-ins, classes,
+feedback and Gradescope archives: tests/test_classroom.py and tests/test_handins.py.
 
-In-process runs set ``COURSE_GRADING_RESTORE=0``: the grader flags a changed course tree but does
-not restore it, since other work may be editing the repository while the tests run (the restore
-itself is tested on copies).
+In-process runs grade from this checkout, whose course tree is flagged when it changes but never
+restored (only a run's own pinned copy is, :mod:`course.grading.pinned`); they also set
+``COURSE_GRADING_RESTORE=0``. The restore itself is tested on copies.
 """
 
 from __future__ import annotations
@@ -558,28 +559,9 @@ def test_an_nbformat_3_notebook_is_converted_and_graded(tmp_path):
     assert "exp" in merged.notebook.cells[merged.answers[0]].source  # the solution, not the stub
 
 
-# --- slow: every notebook ------------------------------------------------------------------------
-
-
-def _grade_folder(folder: Path) -> list[grading.ExerciseResult]:
-    from concurrent.futures import ThreadPoolExecutor
-
-    templates = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        graded = pool.map(lambda t: grading.grade_file(t, folder / t.name, threads=1), templates)
-    return [r for results in graded for r in results]
-
-
-@pytest.mark.slow
-def test_solutions_score_every_exercise():
-    start = time.time()
-    results = _grade_folder(ROOT / "solutions")
-    print(
-        f"\nsolutions graded as a submission (2 notebooks at a time): {time.time() - start:.0f} s"
-    )
-    assert [(r.exercise, r.status, r.message) for r in results if not r.passed] == []
-    templates = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert len(results) == sum(len(grading.exercises(nbformat.read(t, 4))) for t in templates)
+# --- slow --------------------------------------------------------------------------------------
+# Every notebook, solved and blank, is graded once by `make progress` (test_classroom:
+# test_make_progress_on_every_notebook), which asserts every row.
 
 
 @pytest.mark.slow
@@ -591,14 +573,6 @@ def test_honest_colab_answers_without_their_imports_pass_every_exercise(name, tm
     results = grading.grade_file(ROOT / "notebooks" / name, path)
     assert [(r.exercise, r.status, r.message[:300]) for r in results if not r.passed] == []
     assert not [f for r in results for f in r.flags if "import" in f]  # nobody accused
-
-
-@pytest.mark.slow
-def test_blank_notebooks_score_zero_not_implemented():
-    results = _grade_folder(ROOT / "notebooks")
-    assert {r.status for r in results} == {grading.NOT_IMPLEMENTED}, [
-        (r.exercise, r.message) for r in results if r.status != grading.NOT_IMPLEMENTED
-    ]
 
 
 def test_environment_of_the_student_process_is_offline_and_clean(monkeypatch, tmp_path):
@@ -641,8 +615,43 @@ def test_a_worker_imports_the_checks_only_from_the_main_snapshot(tmp_path, resto
     assert done.stdout.startswith(expected), done.stdout
 
 
-def test_a_changed_course_tree_is_restored_unless_asked_not_to(monkeypatch):
+def test_only_the_graders_own_copy_is_restored_never_a_checkout(monkeypatch, tmp_path):
+    from course.grading import pinned
+
     monkeypatch.delenv(kernel.RESTORE_ENV, raising=False)
-    assert kernel.restoring()  # an instructor's grading run puts its own files back
+    monkeypatch.delenv(pinned.PINNED_ENV, raising=False)
+    assert not kernel.restoring()  # grading from a checkout: an edit there is the instructor's
+    monkeypatch.setenv(pinned.PINNED_ENV, str(tmp_path))
+    assert not kernel.restoring()  # another folder than the one this course was imported from
+    monkeypatch.setenv(pinned.PINNED_ENV, str(ROOT))
+    assert kernel.restoring()  # the run's own pinned copy puts its files back
     monkeypatch.setenv(kernel.RESTORE_ENV, "0")
     assert not kernel.restoring()
+
+
+def test_a_pinned_copy_is_read_only_restored_when_changed_and_removed(monkeypatch):
+    from course.grading import pinned
+
+    root = pinned.pin(ROOT)
+    try:
+        course = root / "course"
+        check = course / "checks" / "nb00.py"
+        assert (check.stat().st_mode & 0o777, course.stat().st_mode & 0o777) == (0o444, 0o555)
+        assert not list(root.rglob("__pycache__")) and (root / "data" / "samples").is_dir()
+        assert pinned.changed_since(root) == []
+        guard = kernel.TreeGuard(course)
+        monkeypatch.setenv(kernel.RESTORE_ENV, "1")
+        course.chmod(0o755)  # what code running as the grader's uid could do, then write
+        (course / "checks").chmod(0o755)
+        check.chmod(0o644)
+        original = check.read_bytes()
+        check.write_bytes(original + b"\nFORGED = True\n")
+        (course / "checks").chmod(0o555)
+        (course / "forged.py").write_text("x = 1\n")
+        course.chmod(0o555)
+        assert guard.restore() == ["checks/nb00.py", "forged.py"]
+        assert check.read_bytes() == original and not (course / "forged.py").exists()
+        assert pinned.changed_since(root) == []
+    finally:
+        pinned.unpin(root)
+    assert not root.exists()

@@ -223,14 +223,33 @@ def _with_right_softmax(template: nbformat.NotebookNode) -> nbformat.NotebookNod
     "fault", [{"memory_gb": 0.05}, {"budget_s": 0.5}], ids=["kernel cannot start", "deadline"]
 )
 def test_an_untouched_exercise_is_not_started_whatever_happened_in_its_run(fault):
-    untouched = _template("02")
-    results = engine.grade_notebook(untouched, untouched, "02.ipynb", **fault)
-    assert len(results) > 1 and all(r.status == NOT_IMPLEMENTED for r in results), results
-    assert all("not started" in r.message for r in results)
+    template = _template("02")
+    started = nbformat.from_dict(json.loads(json.dumps(template)))
+    first = next(c for c in started.cells if "raise NotImplementedError" in c.source)
+    first.source += "\n# started, not finished"  # so the notebook runs, and the fault hits it
+    results = engine.grade_notebook(template, started, "02.ipynb", **fault)
+    assert len(results) > 2 and results[0].status in (ERROR, TIMEOUT), results[0]
+    rest = [r for r in results if r.check != results[0].check]
+    assert rest and all(r.status == NOT_IMPLEMENTED for r in rest), rest
+    assert all("not started" in r.message for r in rest)
     # The written exercise beside them: the run's fault said honestly, never "not started".
     template = _template("00")
     written = engine.grade_notebook(template, _with_right_softmax(template), "00.ipynb", **fault)
     assert [r.status for r in written] in ([ERROR], [TIMEOUT]), written
+
+
+def test_a_notebook_left_as_handed_out_is_not_run(monkeypatch):
+    def run(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("a notebook left as handed out was run")
+
+    monkeypatch.setattr(engine.kernel, "run", run)
+    untouched = _template("02")
+    results = engine.grade_notebook(untouched, untouched, "02.ipynb")
+    assert len(results) > 1 and all(r.status == NOT_IMPLEMENTED for r in results), results
+    assert all("not started" in r.message for r in results)
+    written = _with_right_softmax(_template("00"))  # one exercise written: it runs
+    with pytest.raises(AssertionError, match="was run"):
+        engine.grade_notebook(_template("00"), written, "00.ipynb")
 
 
 @pytest.mark.slow

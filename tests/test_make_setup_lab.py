@@ -39,10 +39,10 @@ def test_lab_opens_the_folder_asked_for_with_the_projects_settings():
     line = next(
         line for line in dry_run("lab", "DIR=solutions").splitlines() if "jupyter lab" in line
     )
-    assert "--notebook-dir=solutions" in line
-    assert f"--LabApp.app_settings_dir={ROOT}/jupyter-config/lab-settings" in line
+    assert '--notebook-dir="solutions"' in line  # quoted: a folder name may hold spaces
+    assert f'--LabApp.app_settings_dir="{ROOT}/jupyter-config/lab-settings"' in line
     default = next(line for line in dry_run("lab").splitlines() if "jupyter lab" in line)
-    assert "--notebook-dir=notebooks" in default
+    assert '--notebook-dir="notebooks"' in default
 
 
 def test_lab_settings_turn_the_news_prompt_off():

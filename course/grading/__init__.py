@@ -8,9 +8,11 @@ The verdict is reached where student code never runs. One job per module:
   and what they depend on (the cells the student added included);
 * :mod:`~course.grading.instrument`  each check call becomes a probe that writes its record
   (plain data) to a file; it runs in the student's kernel and is not trusted;
+* :mod:`~course.grading.pinned`      the run's own read-only copy of the course, which the
+  grader imports (an instructor's checkout is never written to while it grades);
 * :mod:`~course.grading.kernel`      the student's process: a private copy of the course, limits,
   a time limit per cell, a hard deadline, every process killed at the end, the grader's own
-  course tree hashed and restored;
+  (pinned) course tree hashed and restored;
 * :mod:`~course.grading.sandbox`     the operating-system boundary around it (bubblewrap, an
   unprivileged uid when the grader is root), or the one line saying there is none;
 * :mod:`~course.grading.output`      OUT written once, atomically, never through a link, with a
@@ -18,7 +20,9 @@ The verdict is reached where student code never runs. One job per module:
 * :mod:`~course.grading.verdict`     the trusted side: checks imported before any student process,
   each record replayed by the trusted check, honest rows for what is missing, forbidden imports
   scored 0, ``results.json``;
-* :mod:`~course.grading.engine`      the pipeline: :func:`grade_notebook`, :func:`grade_file`.
+* :mod:`~course.grading.engine`      the pipeline: :func:`grade_notebook`, :func:`grade_file`;
+* :mod:`~course.grading.report`      the class report (``make report``): ``records.json``, which
+  grading writes beside the grades, read back into ``report.html`` and ``report.csv``.
 
 Statuses per exercise (:mod:`course.contract`): passed, failed, not implemented (the checks'
 own), error (the check could not run: the answer cell broke, the kernel died, the file is not a

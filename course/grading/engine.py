@@ -143,6 +143,11 @@ def grade_notebook(
             index, why = unparsed[-1]
             where = "your answer cell" if index == answer else "an earlier cell your answer uses"
             broken[call.check] = f"{why} ({where} does not parse, so it never ran)"
+    if calls and not flagged and {call.check for call in calls} <= untouched:
+        # Every exercise as handed out: each row is "not started" whatever a run would do
+        # (below), so the notebook is not run at all (a half-done hand-in's blank notebooks).
+        results = [ExerciseResult(name, c.exercise, c.check, NOT_IMPLEMENTED) for c in calls]
+        return _not_started(results, untouched, flagged)
     timeouts = {
         i: timeout_s
         if i in student or i in {c.cell for c in calls}
@@ -165,18 +170,10 @@ def grade_notebook(
             judge_sources(result, getattr(module, result.check, None), cells)
     finally:
         kernel.remove_scratch(scratch)
+    _not_started(results, untouched, flagged)
     for result in results:
-        if result.check in untouched and result.check not in flagged:
-            # Decided from the hand-in alone: whatever happened in the run (a dead kernel, a
-            # classmate's load, the grader's fault) an exercise left as handed out is not started.
-            result.status = NOT_IMPLEMENTED
-            result.message = (
-                f"⏳ Exercise {result.exercise}: not started (its answer cell is as handed out: "
-                "replace the `raise NotImplementedError` with your code)"
-            )
-            continue
         why = broken.get(result.check)
-        if why and result.check not in flagged:
+        if why and result.check not in flagged and result.check not in untouched:
             result.status = ERROR
             result.message = f"❌ Exercise {result.exercise}: {why}"
     if changed:
@@ -184,13 +181,29 @@ def grade_notebook(
         note = (
             f"the grader's course files changed while this notebook ran ({', '.join(changed[:5])}"
             f"{', ...' if len(changed) > 5 else ''}); "
-            + ("they were restored" if restored else "left as they are (COURSE_GRADING_RESTORE=0)")
+            + ("they were restored" if restored else "left as they are: not the grader's own copy")
         )
         for result in results:
             result.flags.append(note)
             result.message += f"\n⚠️ Flagged for the instructor: {note}."
     for result in results:
         result.seconds = round(run.seconds, 1)
+    return results
+
+
+def _not_started(
+    results: list[ExerciseResult], untouched: set[str], flagged: dict[str, list[str]]
+) -> list[ExerciseResult]:
+    """Each exercise left as handed out (and not flagged) is "not started": decided from the
+    hand-in alone, whatever happened in the run (a dead kernel, a classmate's load, the
+    grader's fault)."""
+    for result in results:
+        if result.check in untouched and result.check not in flagged:
+            result.status = NOT_IMPLEMENTED
+            result.message = (
+                f"⏳ Exercise {result.exercise}: not started (its answer cell is as handed out: "
+                "replace the `raise NotImplementedError` with your code)"
+            )
     return results
 
 

@@ -25,7 +25,8 @@ explains a missing record; it never makes a pass. What it leaves in the scratch 
 back with :func:`read_back`: never through a link, never blocking, regular files of bounded size.
 
 The grader's own ``course`` tree is hashed before and after each notebook (:class:`TreeGuard`):
-a change is restored from the snapshot and flagged on that notebook's results.
+a change is flagged on that notebook's results, and restored from the snapshot when the tree
+is the run's own pinned copy (:mod:`~course.grading.pinned`), never in an instructor's checkout.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ ROOT = COURSE.parent
 DEFAULT_MEMORY_GB = 8.0
 STARTUP_S = 90  # the kernel's start and the prelude, on a busy 2-core machine
 TOKEN_ENV = "COURSE_GRADING_TOKEN"
-# "0": a changed course tree is flagged but not restored (developing the course while grading).
+# "1": a changed course tree is restored even outside a pinned copy; "0": never (only flagged).
 RESTORE_ENV = "COURSE_GRADING_RESTORE"
+PINNED_ENV = "COURSE_GRADING_PINNED"  # the pinned copy's root (course.grading.pinned sets it)
 OFFLINE_ENV = {
     "COURSE_OFFLINE": "1",
     "HF_HUB_OFFLINE": "1",
@@ -101,10 +103,21 @@ def digest(files: dict[str, bytes]) -> str:
 
 
 def restoring() -> bool:
-    """Whether a changed course tree is restored (else only flagged)."""
-    # On by default: a grader's tree is never edited while it grades. Developers who edit
-    # course/ while grading tests run set COURSE_GRADING_RESTORE=0 (the tests do).
-    return os.environ.get(RESTORE_ENV, "1") != "0"
+    """Whether a changed course tree is restored (else only flagged).
+
+    Only the grader's own pinned copy (:mod:`~course.grading.pinned`) is restored, or a tree
+    whose owner asks for it with ``COURSE_GRADING_RESTORE=1``: an instructor's checkout is
+    never written to (their edit is theirs, and it grades nobody in a run already started)."""
+    wanted = os.environ.get(RESTORE_ENV, "").strip()
+    if wanted in ("0", "1"):
+        return wanted == "1"
+    return pinned_root() is not None
+
+
+def pinned_root() -> Path | None:
+    """The pinned copy this grader imported its course from, if it runs from one."""
+    raw = os.environ.get(PINNED_ENV, "").strip()
+    return ROOT if raw and Path(raw).resolve() == ROOT else None
 
 
 class TreeGuard:
@@ -132,6 +145,7 @@ class TreeGuard:
                 return changed
             for name in changed:
                 path = self.root / name
+                _writable(self.root, path)  # a pinned copy is read-only
                 if name in self.files:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     if path.is_symlink() or path.is_dir():
@@ -140,6 +154,17 @@ class TreeGuard:
                 else:
                     _remove(path)
             return changed
+
+
+def _writable(root: Path, path: Path) -> None:
+    """Let the grader write ``path`` again: every existing folder from ``root`` down to it."""
+    parts = path.relative_to(root).parts
+    for depth in range(len(parts)):
+        folder = root.joinpath(*parts[:depth])
+        if folder.is_dir() and not folder.is_symlink():
+            folder.chmod(folder.stat().st_mode | stat.S_IRWXU)
+    if path.is_file() and not path.is_symlink():
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
 
 def _remove(path: Path) -> None:

@@ -52,6 +52,10 @@ class ExerciseResult:
     message: str = ""
     seconds: float = 0.0  # wall-clock time of the whole notebook this exercise belongs to
     flags: list[str] = field(default_factory=list)  # for the instructor: forbidden import, ...
+    # Of a failed exercise, as the trusted replay decided them (never the student's process):
+    # the known mistake the answer matched, by its spec's name, and the property violated.
+    mistake: str | None = None
+    prop: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -322,7 +326,14 @@ def verdicts(
         status = verdict.status if verdict.status in (PASSED, FAILED, NOT_IMPLEMENTED) else ERROR
         results.append(  # flags: the record says the hand-in changed the check (scored 0)
             ExerciseResult(
-                name, call.exercise, call.check, status, verdict.report(), flags=[*verdict.flags]
+                name,
+                call.exercise,
+                call.check,
+                status,
+                verdict.report(),
+                flags=[*verdict.flags],
+                mistake=verdict.mistake if status == FAILED else None,
+                prop=verdict.prop if status == FAILED else None,
             )
         )
     return results
