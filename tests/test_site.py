@@ -514,8 +514,8 @@ def _copy_button_problems(driver) -> list[str]:
 SCHEMES = {"light": ("light", "light"), "dark": ("dark", "light"), "auto-dark": ("auto", "dark")}
 
 
-# What scrolls sideways: the page itself, or any element of the article whose content is wider
-# than its box (a table's wrapper, a code block), with the element's tag, class and widths.
+# What scrolls sideways: the page itself, or a scroll container of the article (a table's
+# wrapper, a code block) whose content is wider than its box, with its tag, classes and widths.
 SIDEWAYS_JS = """
 const page = document.scrollingElement;
 const found = [];
@@ -523,8 +523,8 @@ if (page.scrollWidth > page.clientWidth + 1) {
   found.push(['the page', page.scrollWidth, page.clientWidth]);
 }
 for (const e of document.querySelectorAll('article *')) {
-  if (e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0
-      && !['MJX-CONTAINER', 'svg'].includes(e.tagName)) {
+  const scrolls = ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  if (scrolls && e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0) {
     const name = [e.tagName.toLowerCase(), ...e.classList].join('.');
     found.push([name, e.scrollWidth, e.clientWidth]);
   }
@@ -535,9 +535,24 @@ return found;
 LANDING_WIDTH = 1280
 
 
+# A table as wide as the landing page's former one, in a scroll container like furo's wrapper:
+# the check must see it (then it is removed).
+WIDE_PROBE_JS = """
+const probe = document.createElement('div');
+probe.id = 'sideways-probe'; probe.style.overflowX = 'auto';
+probe.innerHTML = '<table style="width: 1046px"><tr><td>wide</td></tr></table>';
+document.querySelector('article').appendChild(probe);
+"""
+
+
 def _sideways_scroll_problems(driver) -> list[str]:
     """The landing page at 1280 px in both colour schemes: nothing scrolls sideways."""
     problems = []
+    driver.execute_script(WIDE_PROBE_JS)
+    seen = [what for what, _, _ in driver.execute_script(SIDEWAYS_JS)]
+    driver.execute_script("document.getElementById('sideways-probe').remove()")
+    if "div" not in seen:
+        problems.append(f"the sideways check missed a 1046 px table in a scroll box: {seen}")
     size = driver.get_window_size()
     driver.set_window_size(LANDING_WIDTH, size["height"])
     try:
