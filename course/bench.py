@@ -1,6 +1,6 @@
 """``make bench``: the course's own code side by side with what a user would pick instead.
 
-Two comparisons, each in one process, one after the other, on the same machine:
+Two comparisons, each in one process, on the same machine:
 
 1. **Fine-tuning loop vs transformers' ``Trainer``.** The course's loop (``course.nn.fit`` and
    ``train_step`` from notebook 06, fused AdamW) and ``Trainer`` with its defaults, on the same
@@ -10,19 +10,23 @@ Two comparisons, each in one process, one after the other, on the same machine:
    both where ``course.env`` turns it on, i.e. with ``COURSE_BF16=1``). Two differences stay:
    ``Trainer`` exempts biases and LayerNorm weights from weight decay (its default) while the
    course loop decays every weight, and each loop groups lengths into batches its own way.
-   Both are scored on the SST-2 validation set with the same function, in float32. Prints the
-   wall-clock and process CPU-time ratios (Trainer / course: above 1 means the course loop is
-   faster), both accuracies and each side's precision. Only an idle machine gives a fair ratio:
-   under load both figures move, CPU time too.
+   Both are scored on the SST-2 validation set with the same function, in float32.
 2. **Notebook 05's Transformer vs ``torch.nn.Transformer``.** The from-scratch layers of
-   ``course.nn`` against PyTorch's own, at the same sizes: the median time of one training step
-   (forward, backward, AdamW) on the same random batch, wall-clock and process CPU time, both
-   in float32 (no autocast).
+   ``course.nn`` against PyTorch's own, at the same sizes: one training step (forward,
+   backward, AdamW) on the same random batch, both in float32 (no autocast).
 
-Run ``python -m course.bench [--steps 94] [--json out.json]``; timings depend on the machine
-and on what else runs, so the printout names both. ``--loop-only`` runs the course loop alone
-and prints one JSON line (its seconds, CPU seconds, accuracy, precision and the load average):
-one run of the precision measurement that chose float32 as the default (README, *Precision*).
+A single timing of each side moves with whatever else the machine does in that minute, so
+each ratio comes from repeated, interleaved timings: the two sides take turns (A B A B ...),
+each round gives one ratio (alternative / course: above 1 means the course's code is
+faster), and the printout gives the median of the rounds' ratios with their range (min to
+max), wall-clock and process CPU time. A slow spell of the machine then hits both sides of
+a round alike. The printout also names the machine and its 1-minute load average before and
+after.
+
+Run ``python -m course.bench [--steps 94] [--rounds 5] [--layer-rounds 21] [--json out.json]``.
+``--loop-only`` runs the course loop alone and prints one JSON line (its seconds, CPU seconds,
+accuracy, precision and the load average): one run of the precision measurement that chose
+float32 as the default (``PRECISION_RUNS`` in ``course/budgets.py``).
 """
 
 from __future__ import annotations
@@ -161,47 +165,94 @@ def _loop_inputs(steps: int) -> tuple[list[dict], Any, Any]:
 
 def course_loop_only(steps: int = 94) -> dict:
     """The course loop alone, in the precision ``course.env`` picks (``COURSE_BF16``), with the
-    1-minute load average at its end: one run of the precision measurement (README, *Precision*;
-    ``PRECISION_RUNS`` in course/budgets.py)."""
+    1-minute load average at its end: one run of the precision measurement (``PRECISION_RUNS``
+    in course/budgets.py)."""
     train, val_loader, collator = _loop_inputs(steps)
     run = _course_loop(train, val_loader, steps, collator)
     return {**run, "COURSE_BF16": os.environ.get("COURSE_BF16"), "load1": os.getloadavg()[0]}
 
 
-def loop_vs_trainer(steps: int = 94) -> dict:
-    """Both loops on ``steps`` batches of SST-2; returns their seconds, accuracies and ratio."""
-    train, val_loader, collator = _loop_inputs(steps)
-    course = _course_loop(train, val_loader, steps, collator)
-    trainer = _trainer(train, val_loader, steps, collator)
+def spread(values: list[float]) -> dict:
+    """The median of ``values`` with their range: ``{"median", "min", "max", "values"}``."""
     return {
-        "steps": steps,
-        "batch_size": BATCH_SIZE,
-        "course": course,
-        "trainer": trainer,
-        "ratio": trainer["seconds"] / course["seconds"],
-        "cpu_ratio": trainer["cpu_seconds"] / course["cpu_seconds"],
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "values": list(values),
     }
 
 
-def _median_step_seconds(
-    model: nn.Module, step: Callable[[], torch.Tensor], repeats: int
+def loop_vs_trainer(steps: int = 94, rounds: int = 5) -> dict:
+    """Both loops on ``steps`` batches of SST-2, ``rounds`` times in turn (course, Trainer,
+    course, Trainer, ...), each run on a freshly loaded model; returns every run, the median
+    seconds of each side and the rounds' ratios (Trainer / course) as :func:`spread`."""
+    train, val_loader, collator = _loop_inputs(steps)
+    runs = []
+    for _ in range(rounds):
+        course = _course_loop(train, val_loader, steps, collator)
+        trainer = _trainer(train, val_loader, steps, collator)
+        runs.append({"course": course, "trainer": trainer})
+
+    def median_side(side: str) -> dict:
+        first = runs[0][side]  # accuracy, precision, optimizer: the same in every round
+        return {
+            **first,
+            "seconds": statistics.median(r[side]["seconds"] for r in runs),
+            "cpu_seconds": statistics.median(r[side]["cpu_seconds"] for r in runs),
+            "accuracies": [r[side]["accuracy"] for r in runs],
+        }
+
+    return {
+        "steps": steps,
+        "batch_size": BATCH_SIZE,
+        "rounds": rounds,
+        "runs": runs,
+        "course": median_side("course"),
+        "trainer": median_side("trainer"),
+        "ratio": spread([r["trainer"]["seconds"] / r["course"]["seconds"] for r in runs]),
+        "cpu_ratio": spread(
+            [r["trainer"]["cpu_seconds"] / r["course"]["cpu_seconds"] for r in runs]
+        ),
+    }
+
+
+def _timed_steps(
+    step: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer, count: int
 ) -> tuple[float, float]:
-    """Median wall-clock and process CPU seconds of one training step (after 3 warm-up steps)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-    times, cpu_times = [], []
-    for i in range(repeats + 3):  # three warm-up steps
-        start, cpu_start = time.perf_counter(), time.process_time()
+    """Wall-clock and process CPU seconds of ``count`` training steps, per step."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    for _ in range(count):
         optimizer.zero_grad()
         step().backward()
         optimizer.step()
-        if i >= 3:
-            times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu_start)
-    return statistics.median(times), statistics.median(cpu_times)
+    return (time.perf_counter() - start) / count, (time.process_time() - cpu_start) / count
 
 
-def layers_vs_torch(repeats: int = 20) -> dict:
-    """One training step of notebook 05's Transformer and of ``nn.Transformer``, same sizes."""
+def interleaved_steps(
+    sides: dict[str, tuple[nn.Module, Callable[[], torch.Tensor]]],
+    rounds: int,
+    steps_per_round: int,
+    warmup: int = 3,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per-step (wall-clock, CPU) seconds of each side, ``rounds`` times, the sides in turn
+    (A B A B ...), each round ``steps_per_round`` steps of each, after ``warmup`` steps each."""
+    optimizers = {
+        name: torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        for name, (model, _) in sides.items()
+    }
+    for name, (_, step) in sides.items():
+        _timed_steps(step, optimizers[name], warmup)
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, (_, step) in sides.items():
+            timings[name].append(_timed_steps(step, optimizers[name], steps_per_round))
+    return timings
+
+
+def layers_vs_torch(rounds: int = 21, steps_per_round: int = 5) -> dict:
+    """One training step of notebook 05's Transformer and of ``nn.Transformer``, same sizes,
+    timed in ``rounds`` interleaved rounds; returns the median per-step times and the rounds'
+    ratios (torch / course) as :func:`spread`."""
     from course.nn import Transformer, make_causal_mask, make_padding_mask
 
     vocab, d_model, heads, d_ff, layers, batch, length = 16, 64, 4, 128, 2, 64, 14
@@ -249,15 +300,26 @@ def layers_vs_torch(repeats: int = 20) -> dict:
         "batch": batch,
         "length": length,
     }
-    course_s, course_cpu_s = _median_step_seconds(ours, our_step, repeats)
-    torch_s, torch_cpu_s = _median_step_seconds(theirs, torch_step, repeats)
+    timings = interleaved_steps(
+        {"course": (ours, our_step), "torch": (theirs, torch_step)}, rounds, steps_per_round
+    )
+    course, theirs_t = timings["course"], timings["torch"]
     return {
         "sizes": sizes,
-        "course_ms": 1000 * course_s,
-        "torch_ms": 1000 * torch_s,
-        "course_cpu_ms": 1000 * course_cpu_s,
-        "torch_cpu_ms": 1000 * torch_cpu_s,
+        "rounds": rounds,
+        "steps_per_round": steps_per_round,
+        "course_ms": 1000 * statistics.median(wall for wall, _ in course),
+        "torch_ms": 1000 * statistics.median(wall for wall, _ in theirs_t),
+        "course_cpu_ms": 1000 * statistics.median(cpu for _, cpu in course),
+        "torch_cpu_ms": 1000 * statistics.median(cpu for _, cpu in theirs_t),
+        "ratio": spread([t[0] / c[0] for c, t in zip(course, theirs_t, strict=True)]),
+        "cpu_ratio": spread([t[1] / c[1] for c, t in zip(course, theirs_t, strict=True)]),
     }
+
+
+def ratio_text(ratio: dict) -> str:
+    """A :func:`spread` of ratios in words: "1.05 (0.98 to 1.10)"."""
+    return f"{ratio['median']:.2f} ({ratio['min']:.2f} to {ratio['max']:.2f})"
 
 
 def machine() -> str:
@@ -275,7 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--steps", type=int, default=94, help="training steps of batch 32 (94: 3,008 examples)"
     )
-    parser.add_argument("--repeats", type=int, default=20, help="timed steps per model in part 2")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="runs of each loop in part 1, in turn"
+    )
+    parser.add_argument(
+        "--layer-rounds", type=int, default=21, help="rounds of 5 steps of each model in part 2"
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
         "--loop-only",
@@ -287,41 +354,62 @@ def main(argv: list[str] | None = None) -> int:
     if args.loop_only:
         print(json.dumps(course_loop_only(args.steps)))
         return 0
-    print(f"machine: {machine()}")
-    loop = loop_vs_trainer(args.steps)
+    load_before = os.getloadavg()[0]
+    print(f"machine: {machine()}; 1-minute load average {load_before:.2f}", flush=True)
+    loop = loop_vs_trainer(args.steps, args.rounds)
     course, trainer = loop["course"], loop["trainer"]
     print(
-        f"\n1. fine-tuning, packaged MiniLM, SST-2, {loop['steps']} steps of batch {loop['batch_size']}"
+        f"\n1. fine-tuning, packaged MiniLM, SST-2, {loop['steps']} steps of batch "
+        f"{loop['batch_size']}, {loop['rounds']} rounds (course loop, Trainer, in turn)"
+    )
+    for number, run in enumerate(loop["runs"], 1):
+        c, t = run["course"], run["trainer"]
+        print(
+            f"   round {number}: course {c['seconds']:.1f} s ({c['cpu_seconds']:.1f} s CPU), "
+            f"Trainer {t['seconds']:.1f} s ({t['cpu_seconds']:.1f} s CPU), "
+            f"ratio {t['seconds'] / c['seconds']:.2f}"
+        )
+    print(
+        f"   course loop (fused AdamW, {course['precision']}): median {course['seconds']:.1f} s "
+        f"({course['cpu_seconds']:.1f} s CPU), validation accuracy {course['accuracy']:.1%}"
     )
     print(
-        f"   course loop (fused AdamW, {course['precision']}): {course['seconds']:6.1f} s "
-        f"({course['cpu_seconds']:.1f} s CPU), "
-        f"validation accuracy {course['accuracy']:.1%}"
+        f"   Trainer ({trainer['optimizer']}, {trainer['precision']}): median "
+        f"{trainer['seconds']:.1f} s ({trainer['cpu_seconds']:.1f} s CPU), validation accuracy "
+        f"{trainer['accuracy']:.1%}"
     )
     print(
-        f"   Trainer ({trainer['optimizer']}, {trainer['precision']}): {trainer['seconds']:6.1f} s "
-        f"({trainer['cpu_seconds']:.1f} s CPU), "
-        f"validation accuracy {trainer['accuracy']:.1%}"
+        f"   ratio Trainer / course loop, median (min to max): {ratio_text(loop['ratio'])} "
+        f"wall-clock, {ratio_text(loop['cpu_ratio'])} CPU (above 1: the course loop is faster)",
+        flush=True,
+    )
+    layers = layers_vs_torch(args.layer_rounds)
+    print(
+        f"\n2. one training step, notebook 05's Transformer vs torch.nn.Transformer "
+        f"({layers['sizes']}), both float32, {layers['rounds']} rounds of "
+        f"{layers['steps_per_round']} steps each, in turn"
     )
     print(
-        f"   ratio Trainer / course loop: {loop['ratio']:.2f} wall-clock, {loop['cpu_ratio']:.2f} CPU "
-        "(above 1: the course loop is faster)"
-    )
-    layers = layers_vs_torch(args.repeats)
-    ratio = layers["torch_ms"] / layers["course_ms"]
-    cpu_ratio = layers["torch_cpu_ms"] / layers["course_cpu_ms"]
-    print(
-        f"\n2. one training step, notebook 05's Transformer vs torch.nn.Transformer ({layers['sizes']}), "
-        "both float32"
+        f"   course layers: median {layers['course_ms']:.1f} ms ({layers['course_cpu_ms']:.1f} ms "
+        f"CPU); torch.nn.Transformer: median {layers['torch_ms']:.1f} ms "
+        f"({layers['torch_cpu_ms']:.1f} ms CPU)"
     )
     print(
-        f"   course layers: {layers['course_ms']:.1f} ms ({layers['course_cpu_ms']:.1f} ms CPU); "
-        f"torch.nn.Transformer: {layers['torch_ms']:.1f} ms ({layers['torch_cpu_ms']:.1f} ms CPU); "
-        f"ratio torch / course: {ratio:.2f} wall-clock, {cpu_ratio:.2f} CPU"
+        f"   ratio torch / course, median (min to max): {ratio_text(layers['ratio'])} "
+        f"wall-clock, {ratio_text(layers['cpu_ratio'])} CPU"
     )
+    load_after = os.getloadavg()[0]
+    print(f"\n1-minute load average at the end: {load_after:.2f}")
     if args.json:
+        figures = {
+            "machine": machine(),
+            "load1_before": load_before,
+            "load1_after": load_after,
+            "loop": loop,
+            "layers": layers,
+        }
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump({"machine": machine(), "loop": loop, "layers": layers}, file, indent=2)
+            json.dump(figures, file, indent=2)
     return 0
 
 

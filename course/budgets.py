@@ -9,13 +9,14 @@ thing: each notebook's header states it, and the README's table repeats it.)
 
 ``RUN_TIMES`` is the one table of *measured* times (when, where, the seconds per notebook) and
 ``STUDENT_MINUTES`` the working-time estimates. ``python -m course.nbtools generate`` (``make
-exercises``) writes the README's *student time* and *CPU time* columns, the paragraph under
-that table and the ``**Time:**`` line of every notebook header from them (``write_times``);
+exercises``) writes from them the README's *time* column, the run-time table of
+``docs/results.md`` and the ``**Time:**`` line of every notebook header (``write_times``);
 ``nbtools check`` and ``tests/test_timings.py`` fail when those disagree with the table. After
 a new idle ``make check``, change ``RUN_TIMES`` and run ``make exercises``.
 
-``BENCH_RUNS`` holds the measured ``make bench`` runs (when, where, the load, the command and
-its figures); ``make exercises`` writes the README's bench table from them.
+``BENCH_RUNS`` (``make bench``) and ``PRECISION_RUNS`` give the tables of ``docs/results.md``,
+``GRADING_COSTS`` those of ``docs/instructors.md``; each generated block sits between two
+``<!-- name -->`` markers (``PAGES`` says which page holds which).
 """
 
 from __future__ import annotations
@@ -67,13 +68,10 @@ RUN_TIMES: dict = {
     "when": "2026-11-27",
     "where": (
         "a 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16; every notebook in float32, "
-        "the default), a fresh clone under /tmp running `.ci/run` at commit 794f16e, idle but for "
-        "the session's own light commands (load average 1 to 2, its own threads included)"
+        "the default), a fresh clone running `.ci/run` at commit 794f16e, otherwise idle (load "
+        "average 1 to 2, the run's own threads included)"
     ),
-    # An earlier run, quoted after this one's total so that "that whole `make check`" is this one.
-    "before": "the same kind of machine with `fit` and 09's loop in bf16 autocast had taken 656 s "
-    "on 2026-11-24 (06 104 s, 07 77 s, 08 125 s), without notebook 10",
-    "make_check_s": 1714,  # the whole `make check` of that run (1912 passed, 8 skipped, 1 failed: the README bound, fixed in fa41d5e)
+    "make_check_s": 1714,  # the whole `make check` of that run (1912 passed, 8 skipped, 1 failed)
     # The machine in a few words, for each notebook header's Time line (and the precision the
     # notebooks ran in there): the header says where the time was measured, and that it was idle.
     "machine": "an idle 2-core x86-64 CPU (AMD EPYC, float32)",
@@ -92,15 +90,17 @@ RUN_TIMES: dict = {
     },
     # Notebooks whose figure is not that make check's nbval time, and where it comes from.
     "elsewhere": {
-        "10": "its idle `make solutions NB=10` of the same day, after its CPU configuration "
-        "changed to fit its budget (nbval of the version before had taken 723 s under that `make "
-        "check`, beside a stray process of an earlier run)",
+        "10": "`make solutions NB=10` on the same machine and day, idle, stored at commit c8b51c4",
     },
 }
 
 _ROOT = Path(__file__).resolve().parents[1]
 _HEADER_LINE = re.compile(r"^\*\*Time:\*\*.*$", re.MULTILINE)
-_README_PARAGRAPH = re.compile(r"^\*Student time\* is .*?(?=\n\n)", re.MULTILINE | re.DOTALL)
+# Which page holds which generated text (paths relative to the root).
+README_PAGE = "README.md"
+RESULTS_PAGE = "docs/results.md"
+INSTRUCTORS_PAGE = "docs/instructors.md"
+_RUN_TIME_TABLE = re.compile(r"<!-- run times -->.*?<!-- /run times -->", re.DOTALL)
 
 
 def run_all_phrase(seconds: float) -> str:
@@ -121,29 +121,47 @@ def header_time_line(nn: str) -> str:
     )
 
 
-def readme_columns(nn: str) -> tuple[str, str]:
-    """The README table's *student time* and *CPU time* cells of notebook ``nn``."""
-    return f"{STUDENT_MINUTES[nn]} min", f"{int(RUN_TIMES['seconds'][nn] + 0.5)} s"
+def readme_time(nn: str) -> str:
+    """The README table's *time* cell of notebook ``nn``: the student's working time."""
+    return f"{STUDENT_MINUTES[nn]} min"
 
 
-def readme_paragraph() -> str:
-    """The paragraph under the README's notebook table."""
+def cpu_time(nn: str) -> str:
+    """Notebook ``nn``'s measured run time under ``make check``, in whole seconds."""
+    return f"{int(RUN_TIMES['seconds'][nn] + 0.5)} s"
+
+
+def run_time_table(root: Path | None = None) -> str:
+    """The run-time table of docs/results.md and the paragraph under it (between markers)."""
+    stems = sorted(
+        path.stem
+        for path in ((root or _ROOT) / "solutions").glob("[0-9][0-9]_*.ipynb")
+        if path.name[:2] in STUDENT_MINUTES
+    )
+    rows = [
+        "<!-- run times -->",
+        "| # | notebook | student time | CPU time | budget |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {stem[:2]} | `{stem}` | {readme_time(stem[:2])} | {cpu_time(stem[:2])} | "
+            f"{NOTEBOOK_BUDGET_S[stem[:2]]} s |"
+            for stem in stems
+        ),
+    ]
     text = (
         "*Student time* is the working time each notebook's header estimates. *CPU time* is the "
         "time of the solution notebook under `make check` (nbval, every cell) with the real "
         f"datasets, measured on {RUN_TIMES['when']} on {RUN_TIMES['where']}; that whole "
         f"`make check` took {RUN_TIMES['make_check_s']} s"
-        + (f", where {RUN_TIMES['before']}" if RUN_TIMES.get("before") else "")
         + "".join(
             f"; notebook {nn}'s figure is {how}"
             for nn, how in RUN_TIMES.get("elsewhere", {}).items()
         )
-        + ". Both columns, and the *Time* line of "
-        "each notebook's header, are written by `make exercises` from one table in "
-        "`course/budgets.py`, next to the budgets each notebook must stay within; a test fails "
-        "when they disagree. Exercises live in `notebooks/`; worked solutions in `solutions/`."
+        + ". *Budget* is the most a notebook may take there. The columns, the README's *time* "
+        "column and the *Time* line of each notebook's header are written by `make exercises` "
+        "from `course/budgets.py`; a test fails when they disagree."
     )
-    return wrap(text)
+    return "\n".join(rows) + "\n\n" + wrap(text) + "\n<!-- /run times -->"
 
 
 def wrap(text: str) -> str:
@@ -155,20 +173,26 @@ def wrap(text: str) -> str:
 
 
 def render_readme(text: str) -> str:
-    """README ``text`` with the table's two time columns and the paragraph under it generated."""
-    text = render_class_grading_time(render_precision(render_bench(text)))
-
-    def row(match: re.Match) -> str:
-        student, cpu = readme_columns(match.group(1))
-        return f"{match.group(2)}| {student} | {cpu} |"
-
-    text = re.sub(
-        r"^(?=\| (\d\d) \|)(\|.*?)\| [^|]* \| [^|]* \|$",
-        lambda m: row(m) if m.group(1) in STUDENT_MINUTES else m.group(0),
+    """README ``text`` with the notebook table's last cell (the student's time) generated."""
+    return re.sub(
+        r"^(?=\| (\d\d) \|)(\|.*?)\| [^|]* \|$",
+        lambda m: f"{m.group(2)}| {readme_time(m.group(1))} |"
+        if m.group(1) in STUDENT_MINUTES
+        else m.group(0),
         text,
         flags=re.MULTILINE,
     )
-    return render_grading(_README_PARAGRAPH.sub(lambda _: readme_paragraph(), text, count=1))
+
+
+def render_results(text: str, root: Path | None = None) -> str:
+    """docs/results.md ``text`` with its run-time, bench and precision tables generated."""
+    text = _RUN_TIME_TABLE.sub(lambda _: run_time_table(root), text, count=1)
+    return render_precision(render_bench(text))
+
+
+def render_instructors(text: str) -> str:
+    """docs/instructors.md ``text`` with its grading-cost table and sentence generated."""
+    return render_class_grading_time(render_grading(text))
 
 
 # Grading, measured: one complete notebook (its solution as the hand-in) graded as
@@ -177,15 +201,14 @@ def render_readme(text: str) -> str:
 # of the whole process tree: grader, setup check, sandbox, notebook runner, kernel; peak memory:
 # the sum of the tree's proportional set sizes, sampled every 0.2 s). The engine's notebook bound
 # (`course.grading.engine.deadline_s`) is computed from `cpu_s`. "complete" is a whole
-# submission, every notebook, JOBS=1. `make exercises` writes the README's grading table from it;
-# tests/test_grading_costs.py fails when the README disagrees, or when a notebook no longer fits
+# submission, every notebook, JOBS=1. `make exercises` writes docs/instructors.md's grading table
+# from it; tests/test_grading_costs.py fails when that page disagrees, or when a notebook no longer fits
 # Gradescope's defaults.
 GRADING_COSTS: dict = {
     "when": "2026-11-27",
     "where": (
-        "the session's 2-core x86-64 virtual machine (AMD EPYC), shared with two other jobs "
-        "(load average 2.3 to 5.2; the measurement at raised priority, "
-        "`nice -n -10`), at commit caa2753"
+        "a 2-core x86-64 virtual machine (AMD EPYC), two other jobs running (load average 2.3 "
+        "to 5.2; the measurement at raised priority, `nice -n -10`), at commit caa2753"
     ),
     "cpu_s": {
         "00": 8.9,
@@ -239,8 +262,8 @@ GRADING_COSTS: dict = {
         "peak_mib": 935,
         "when": "2026-11-27",
         "where": (
-            "the session's 2-core x86-64 virtual machine (AMD EPYC), shared with two other "
-            "jobs (load average 4.1 at its start; `nice -n -10`), at commit f7282d4"
+            "a 2-core x86-64 virtual machine (AMD EPYC), two other jobs running (load average "
+            "4.1 at its start; `nice -n -10`), at commit f7282d4"
         ),
     },
 }
@@ -263,7 +286,7 @@ def fits_gradescope(nn: str) -> bool:
 
 
 def grading_table() -> str:
-    """The README's grading-cost table and the lines around it (between its two markers)."""
+    """The grading-cost table of docs/instructors.md and the lines under it (between markers)."""
     limit_mib = GRADESCOPE_DEFAULTS["memory_mb"] * 1e6 / 2**20
     limited = GRADING_COSTS["limited"]
     rows = [
@@ -323,7 +346,7 @@ def grading_table() -> str:
 
 
 def render_grading(text: str) -> str:
-    """README ``text`` with its grading-cost table (between the markers) generated."""
+    """``text`` with its grading-cost table (between the markers) generated."""
     return _GRADING_TABLE.sub(lambda _: grading_table(), text, count=1)
 
 
@@ -332,18 +355,31 @@ def render_header(source: str, nn: str) -> str:
     return _HEADER_LINE.sub(lambda _: header_time_line(nn), source, count=1)
 
 
+# Each generated page and the function that renders it.
+PAGES = {
+    README_PAGE: lambda text, root: render_readme(text),
+    RESULTS_PAGE: render_results,
+    INSTRUCTORS_PAGE: lambda text, root: render_instructors(text),
+}
+
+
 def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
-    """README.md and ``solutions/NN_*.ipynb`` whose times differ from the tables above;
-    rewritten when ``write`` (each notebook read, its header cell changed, written back at once)."""
+    """The pages of ``PAGES`` and ``solutions/NN_*.ipynb`` whose times differ from the tables
+    above; rewritten when ``write`` (each notebook read, its header cell changed, written back
+    at once)."""
     import nbformat  # only the generator needs it
 
     changed = []
-    readme = root / "README.md"
-    text = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    if render_readme(text) != text:
-        changed.append(readme)
-        if write:
-            readme.write_text(render_readme(text), encoding="utf-8")
+    for name, render in PAGES.items():
+        page = root / name
+        if not page.exists():
+            continue  # a project without that page
+        text = page.read_text(encoding="utf-8")
+        new = render(text, root)
+        if new != text:
+            changed.append(page)
+            if write:
+                page.write_text(new, encoding="utf-8")
     for path in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")):
         if path.name[:2] not in STUDENT_MINUTES:
             continue  # not in the tables: tests/test_timings.py asks for every notebook
@@ -359,18 +395,16 @@ def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
 
 
 # `make bench` (course/bench.py), measured: one entry per run, and the run's own output, the file
-# `python -m course.bench --json FILE` wrote, stored under docs/bench/: every figure of the
-# README's bench table is read from those files, none is typed here. "loop": the course's
-# fine-tuning loop against transformers' Trainer; "layers": one training step of notebook 05's
-# Transformer against torch.nn.Transformer (median of the timed steps). CPU seconds are the
-# process's (all threads); on a shared machine they are the steadier figure. `make exercises`
-# writes the README's bench table from them; tests/test_timings.py fails when the README
-# disagrees. (Three earlier runs, 2026-11-23 and 2026-11-24, were dropped: only their figures had
-# been copied here, their outputs were not kept.) To add a run: `make bench JSON=docs/bench/
-# DATE-PRECISION.json` on an idle machine, then an entry below, e.g. {"when": "2026-11-28",
-# "where": "an idle 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0",
-# "command": "make bench JSON=docs/bench/2026-11-28-float32.json", "load": "idle (load
-# average 0.1 before the run)", "output": "docs/bench/2026-11-28-float32.json"}.
+# `python -m course.bench --json FILE` wrote, stored under docs/bench/ beside what it printed:
+# every figure of the bench table is read from those files, none is typed here. "loop": the
+# course's fine-tuning loop against transformers' Trainer; "layers": one training step of notebook
+# 05's Transformer against torch.nn.Transformer. Each ratio is the median of interleaved rounds
+# with its range. CPU seconds are the process's (all threads). `make exercises` writes the bench
+# table of docs/results.md from them; tests/test_timings.py fails when that page disagrees. To
+# add a run: `make bench JSON=docs/bench/DATE-PRECISION.json`, then an entry below, e.g.
+# {"when": "2026-11-28", "where": "a 2-core x86-64 virtual machine (AMD EPYC), torch 2.13.0",
+# "command": "make bench JSON=docs/bench/2026-11-28-float32.json", "load": "idle (load average
+# 0.1 before the run)", "output": "docs/bench/2026-11-28-float32.json"}.
 BENCH_RUNS: list[dict] = [
     {
         "when": "2026-11-27",
@@ -401,8 +435,42 @@ def _seconds(wall: float, cpu: float | None, unit: str = "s") -> str:
     return f"{wall:.1f} {unit}" + ("" if cpu is None else f" ({cpu:.1f} {unit} CPU)")
 
 
+def _spread(ratio: dict | float) -> str:
+    """A ratio's median and range, as the bench table shows it: "1.05 (0.98 to 1.10)"; a run
+    stored before ratios were repeated holds one run of each side: "1.15 (one run)"."""
+    if not isinstance(ratio, dict):
+        return f"{ratio:.2f} (one run)"
+    return f"{ratio['median']:.2f} ({ratio['min']:.2f} to {ratio['max']:.2f})"
+
+
+def _rounds(part: dict, unit: str = "") -> str:
+    """", 5 rounds" (of ``unit``), or nothing for a run of one block each."""
+    if "rounds" not in part:
+        return ""
+    return f", {part['rounds']} rounds" + (f" of {part['steps_per_round']} {unit}" if unit else "")
+
+
+def _layer_ratios(layers: dict) -> tuple[dict | float, dict | float]:
+    """The layer comparison's wall-clock and CPU ratios (computed for a run of one block each)."""
+    if "ratio" in layers:
+        return layers["ratio"], layers["cpu_ratio"]
+    return (
+        layers["torch_ms"] / layers["course_ms"],
+        layers["torch_cpu_ms"] / layers["course_cpu_ms"],
+    )
+
+
+def _load_note(output: dict) -> str:
+    if "load1_before" not in output:
+        return ""
+    return (
+        f"; 1-minute load average {output['load1_before']:.1f} before and "
+        f"{output['load1_after']:.1f} after"
+    )
+
+
 def bench_table() -> str:
-    """The README's bench table and the lines under it (between its two markers)."""
+    """The bench table of docs/results.md and the lines under it (between its two markers)."""
     if not BENCH_RUNS:
         return (
             "<!-- bench -->\nNo run of `make bench` with its output stored yet: on an idle machine, "
@@ -411,7 +479,7 @@ def bench_table() -> str:
         )
     rows = [
         "<!-- bench -->",
-        "| run | comparison | course | alternative | ratio, wall-clock (CPU) |",
+        "| run | comparison | course (median) | alternative (median) | ratio: median (range) |",
         "|---|---|---|---|---|",
     ]
     notes = []
@@ -422,36 +490,37 @@ def bench_table() -> str:
         label = f"{number}: {run['when']}, {course['precision']}"
         rows.append(
             f"| {label} | fine-tuning the packaged MiniLM on SST-2, {loop['steps']} steps of batch "
-            f"{loop['batch_size']} | course loop (`fit`, fused AdamW, {course['precision']}): "
-            f"{_seconds(course['seconds'], course['cpu_seconds'])}, validation "
-            f"{course['accuracy']:.1%} | `Trainer` ({trainer['optimizer']}, "
+            f"{loop['batch_size']}{_rounds(loop)} | course loop (`fit`, fused AdamW, "
+            f"{course['precision']}): {_seconds(course['seconds'], course['cpu_seconds'])}, "
+            f"validation {course['accuracy']:.1%} | `Trainer` ({trainer['optimizer']}, "
             f"{trainer['precision']}): {_seconds(trainer['seconds'], trainer['cpu_seconds'])}, "
-            f"validation {trainer['accuracy']:.1%} | Trainer / course "
-            f"{_ratio(trainer['seconds'], course['seconds'])} "
-            f"({_ratio(trainer['cpu_seconds'], course['cpu_seconds'])}) |"
+            f"validation {trainer['accuracy']:.1%} | Trainer / course: "
+            f"{_spread(loop['ratio'])} wall-clock, {_spread(loop['cpu_ratio'])} CPU |"
         )
         sizes = layers["sizes"]
+        ratio, cpu_ratio = _layer_ratios(layers)
         rows.append(
             f"| {label} | one training step of notebook 05's Transformer (d_model "
             f"{sizes['d_model']}, {sizes['heads']} heads, d_ff {sizes['d_ff']}, "
             f"{sizes['layers']}+{sizes['layers']} layers, batch {sizes['batch']} x "
-            f"{sizes['length']}), float32 | the course's layers: "
+            f"{sizes['length']}), float32{_rounds(layers, 'steps')} | the course's layers: "
             f"{_seconds(layers['course_ms'], layers['course_cpu_ms'], 'ms')} | "
             f"`torch.nn.Transformer` (pre-LN, same sizes): "
-            f"{_seconds(layers['torch_ms'], layers['torch_cpu_ms'], 'ms')} | torch / course "
-            f"{_ratio(layers['torch_ms'], layers['course_ms'])} "
-            f"({_ratio(layers['torch_cpu_ms'], layers['course_cpu_ms'])}) |"
+            f"{_seconds(layers['torch_ms'], layers['torch_cpu_ms'], 'ms')} | torch / course: "
+            f"{_spread(ratio)} wall-clock, {_spread(cpu_ratio)} CPU |"
         )
         notes.append(
-            f"Run {number}: `{run['command']}` on {run['where']} ({output['machine']}); "
-            f"{run['load']}; Trainer's warm-up steps {trainer['warmup_steps']}; its output is "
-            f"stored in `{run['output']}`.{' ' + run['note'] if run.get('note') else ''}"
+            f"Run {number}: `{run['command']}` on {run['where']} ({output['machine']}), "
+            f"{run['load']}{_load_note(output)}; Trainer's warm-up steps "
+            f"{trainer['warmup_steps']}. What it wrote is stored in `{run['output']}`"
+            + (f", what it printed in `{run['printed']}`" if run.get("printed") else "")
+            + f".{' ' + run['note'] if run.get('note') else ''}"
         )
     return "\n".join(rows) + "\n\n" + wrap(" ".join(notes)) + "\n<!-- /bench -->"
 
 
 def render_bench(text: str) -> str:
-    """README ``text`` with its bench table (between the markers) generated."""
+    """``text`` with its bench table (between the markers) generated."""
     return _BENCH_BLOCK.sub(lambda _: bench_table(), text, count=1)
 
 
@@ -461,7 +530,7 @@ _CLASS_GRADING = re.compile(
 
 
 def class_grading_sentence() -> str:
-    """The README's sentence on how long a whole submission takes to grade (from GRADING_COSTS)."""
+    """The sentence on how long a whole submission takes to grade (from GRADING_COSTS)."""
     done = GRADING_COSTS["complete"]
     return (
         "<!-- class grading time -->A complete submission (the solutions: every notebook, every "
@@ -472,7 +541,7 @@ def class_grading_sentence() -> str:
 
 
 def render_class_grading_time(text: str) -> str:
-    """README ``text`` with its class-grading sentence (between the markers) generated."""
+    """``text`` with its class-grading sentence (between the markers) generated."""
     return _CLASS_GRADING.sub(lambda _: class_grading_sentence(), text, count=1)
 
 
@@ -481,28 +550,28 @@ def render_class_grading_time(text: str) -> str:
 # load, for each thing timed ("measurements": what it is and the command). A course-loop run is
 # the line `python -m course.bench --loop-only` prints (seconds, process CPU seconds, validation
 # accuracy, precision, the 1-minute load average at its end); a notebook run is the seconds
-# `make solutions` printed for it. `make exercises` writes the README's precision table from it;
-# tests/test_timings.py fails when the README disagrees, or when env.BF16_BY_DEFAULT is not what
+# `make solutions` printed for it. `make exercises` writes docs/results.md's precision table from
+# it; tests/test_timings.py fails when that page disagrees, or when env.BF16_BY_DEFAULT is not what
 # `precision_default()` reads from these runs.
 PRECISION_RUNS: dict = {
     "when": "2026-11-27",
-    "where": "the session's 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch "
-    "2.13.0, 2 threads",
+    "where": "a 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0, "
+    "2 threads",
     "measurements": {
         "course loop": "`course.bench`'s course loop alone (94 steps of batch 32 on SST-2, the "
         "packaged MiniLM, fused AdamW), a fresh process per run, float32 and bf16 interleaved run "
         "by run when idle (side by side when shared): the calls of "
         "`python -m course.bench --loop-only`",
-        "notebook 06 Run All": "notebook 06 executed whole, as a student reported it to the course "
-        "(a CPU with native bf16; not re-measured here; no load average recorded)",
+        "notebook 06 Run All": "notebook 06 executed whole on another machine, a CPU with "
+        "native bf16 (date and load average not recorded)",
     },
     "loads": {
         "idle": "nothing else running, 12:39 to 12:41 UTC, so the load average is the runs' own "
         "two threads",
-        "shared": "the machine shared with six other jobs of the same session (tests, notebook "
-        "runs, site builds), the two precisions side by side at the same time (both started "
-        "13:27:28 UTC; ended float32 14:23:39, bf16 autocast 14:24:25 UTC), the `--loop-only` command",
-        "busy, reported": "other processes busy beside the notebook, as the student reported",
+        "shared": "six other jobs running (tests, notebook runs, site builds), the two "
+        "precisions side by side, both started at 13:27:28 UTC, ended at 14:23:39 (float32) and "
+        "14:24:25 UTC (bf16 autocast), the `--loop-only` command",
+        "busy": "other processes busy beside the notebook",
     },
     "runs": [
         {
@@ -561,14 +630,14 @@ PRECISION_RUNS: dict = {
         },
         {
             "what": "notebook 06 Run All",
-            "load": "busy, reported",
+            "load": "busy",
             "precision": "float32",
             "seconds": 304.0,
             "load1": None,
         },
         {
             "what": "notebook 06 Run All",
-            "load": "busy, reported",
+            "load": "busy",
             "precision": "bf16 autocast",
             "seconds": 1100.0,
             "load1": None,
@@ -635,7 +704,7 @@ def _load_range(load: str) -> str:
 
 
 def precision_table() -> str:
-    """The README's precision table and the lines under it (between its two markers)."""
+    """The precision table of docs/results.md and the lines under it (between its markers)."""
     rows = [
         "<!-- precision -->",
         "| timed | load | float32: seconds (CPU seconds) | bf16 autocast: seconds (CPU seconds) "
@@ -657,8 +726,8 @@ def precision_table() -> str:
         rows.append(f"| {what} | {load} | {cells[0]} | {cells[1]} | {ratio:.2f} |")
     worst = precision_worst()
     text = (
-        f"Measured on {PRECISION_RUNS['when']} on {PRECISION_RUNS['where']}, except the rows "
-        "whose load says *reported*. "
+        f"Measured on {PRECISION_RUNS['when']} on {PRECISION_RUNS['where']}, except the "
+        "notebook 06 rows. "
         + " ".join(f"*{what}*: {how}." for what, how in PRECISION_RUNS["measurements"].items())
         + " "
         + " ".join(
@@ -673,5 +742,5 @@ def precision_table() -> str:
 
 
 def render_precision(text: str) -> str:
-    """README ``text`` with its precision table (between the markers) generated."""
+    """``text`` with its precision table (between the markers) generated."""
     return _PRECISION_BLOCK.sub(lambda _: precision_table(), text, count=1)

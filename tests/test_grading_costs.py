@@ -2,8 +2,8 @@
 
 The figures are measurements (``python -m course.grading.cost``); these tests check that they
 cover every notebook, that each notebook fits Gradescope's defaults (half a vCPU, 768 MB, 10
-minutes), that the README quotes them as ``course.budgets.grading_table`` writes them, and that
-the measuring tool counts the CPU of a whole process tree.
+minutes), that docs/instructors.md quotes them as ``course.budgets.grading_table`` writes them,
+and that the measuring tool counts the CPU of a whole process tree.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def test_a_complete_submission_stays_within_a_minute_of_cpu():
     assert GRADING_COSTS["complete"]["cpu_s"] <= 60  # issue 31: from 76 s
 
 
-def test_the_readme_quotes_the_table():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert budgets.grading_table() in readme, "run `make exercises` to rewrite the README's table"
+def test_the_instructors_guide_quotes_the_table():
+    guide = (ROOT / budgets.INSTRUCTORS_PAGE).read_text(encoding="utf-8")
+    assert budgets.grading_table() in guide, "run `make exercises` to rewrite the guide's table"
 
 
 def test_the_cost_tool_counts_the_cpu_of_grandchildren_too():

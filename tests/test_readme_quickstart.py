@@ -1,4 +1,5 @@
-"""What the README promises a newcomer: a clone line, the student times, the offline switch."""
+"""What the README promises a newcomer: one screen to a running lab and a passing `make test`,
+the notebook table with the student times, and links to the rest."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+MAX_WORDS, MAX_PARAGRAPH_WORDS, FIRST_SCREEN_LINES = 1500, 120, 40
 
 
 def header_minutes() -> dict[str, int]:
@@ -21,10 +23,17 @@ def header_minutes() -> dict[str, int]:
     return found
 
 
+def _prose_paragraphs(text: str) -> list[str]:
+    """The paragraphs of ``text`` outside code blocks and tables (a list item is one)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    blocks = re.split(r"\n\s*\n|\n(?=- )", text)
+    return [b for b in blocks if b.strip() and not b.lstrip().startswith(("|", "#"))]
+
+
 def test_student_time_column_repeats_the_notebook_headers():
     lines = README.splitlines()
     header = next(line for line in lines if line.startswith("| # | notebook |"))
-    column = [cell.strip() for cell in header.split("|")].index("student time")
+    column = [cell.strip() for cell in header.split("|")].index("time")
     table = {}
     for line in lines:
         if re.match(r"\| \d\d \|", line):
@@ -40,6 +49,29 @@ def test_quick_start_clones_the_repository():
         assert promise in quick
 
 
-def test_offline_switch_is_documented_beside_the_mirror():
-    offline = next(line for line in README.split("\n- ") if line.startswith("**Offline use.**"))
-    assert "COURSE_DATA_MIRROR" in offline and "COURSE_OFFLINE=1" in offline
+def test_the_first_screen_holds_the_lab_and_test_commands():
+    first = README.splitlines()[:FIRST_SCREEN_LINES]
+    assert any(re.match(r"make lab\b", line) for line in first), "no `make lab` line"
+    assert any(re.match(r"make test\b", line) for line in first), "no `make test` line"
+
+
+def test_the_readme_is_a_landing_page():
+    words = len(README.split())
+    assert words <= MAX_WORDS, f"the README has {words} words (at most {MAX_WORDS})"
+    long = [p for p in _prose_paragraphs(README) if len(p.split()) > MAX_PARAGRAPH_WORDS]
+    assert not long, f"paragraphs over {MAX_PARAGRAPH_WORDS} words: " + " / ".join(
+        p[:60] for p in long
+    )
+
+
+def test_the_paragraph_rule_sees_a_long_paragraph():
+    long = " ".join(["word"] * (MAX_PARAGRAPH_WORDS + 1))
+    text = f"# T\n\n{long}\n\n- short item\n\n```\n{long}\n```\n"
+    assert _prose_paragraphs(text) == [long, "- short item"]
+
+
+def test_the_readme_links_every_page_of_the_guide():
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert pages, "no page under docs/"
+    missing = [page for page in pages if f"]({page})" not in README]
+    assert not missing, f"the README does not link {missing}"

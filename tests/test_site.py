@@ -102,7 +102,7 @@ def _readme(options) -> str:
 
 def test_landing_page_links_the_table_to_pages_with_local_badges():
     page = _readme(site_build.Options())
-    assert "](notebooks/02_attention.ipynb)" in page and "](solutions/02_attention.ipynb)" in page
+    assert "](notebooks/02_attention.ipynb)" in page  # the solutions: in the navigation
     assert site_build.BADGE_IMAGE not in page and site_build.LOCAL_BADGE in page
 
 
@@ -216,6 +216,26 @@ def test_cell_attachments_become_files_the_page_shows(tmp_path):
     assert "attachments" not in staged.cells[1]
     assert (tmp_path / "_attachments" / "01_x" / "1-a_b.png").read_bytes() == b"\x89PNG"
     assert (tmp_path / "_attachments" / "01_x" / "1-c.svg").read_text() == "<svg></svg>"
+
+
+def test_every_page_under_docs_is_in_the_guide():
+    pages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")}
+    missing = pages - set(site_build.GUIDE_PAGES)
+    assert not missing, f"add to GUIDE_PAGES in docs/site/build.py: {sorted(missing)}"
+    assert all((ROOT / page).is_file() for page in site_build.GUIDE_PAGES)
+
+
+def test_the_guide_is_staged_at_its_paths_and_listed_in_the_navigation(tmp_path):
+    info = site_build.stage(site_build.Options(solutions=False, upto=1), tmp_path / "source")
+    assert info["guide"] == [page.removesuffix(".md") for page in site_build.GUIDE_PAGES]
+    index = (tmp_path / "source" / "index.md").read_text(encoding="utf-8")
+    guide = index.split(":caption: Guide\n", 1)[1].split("```", 1)[0].split()
+    assert guide == info["guide"]
+    for page in site_build.GUIDE_PAGES:
+        staged = (tmp_path / "source" / page).read_text(encoding="utf-8")
+        assert staged.startswith("# ") and site_build.BADGE_IMAGE not in staged
+        # links to notebooks this build leaves out (here 02 on) become plain text
+        assert "solutions/" not in "".join(re.findall(r"\]\(([^)]*\.ipynb)", staged))
 
 
 def test_a_build_never_replaces_a_folder_that_is_not_a_site(tmp_path):
@@ -494,6 +514,74 @@ def _copy_button_problems(driver) -> list[str]:
 SCHEMES = {"light": ("light", "light"), "dark": ("dark", "light"), "auto-dark": ("auto", "dark")}
 
 
+# What scrolls sideways: the page itself, or a scroll container of the article (a table's
+# wrapper, a code block) whose content is wider than its box, with its tag, classes and widths.
+SIDEWAYS_JS = """
+const page = document.scrollingElement;
+const found = [];
+if (page.scrollWidth > page.clientWidth + 1) {
+  found.push(['the page', page.scrollWidth, page.clientWidth]);
+}
+for (const e of document.querySelectorAll('article *')) {
+  const scrolls = ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  if (scrolls && e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0) {
+    const name = [e.tagName.toLowerCase(), ...e.classList].join('.');
+    found.push([name, e.scrollWidth, e.clientWidth]);
+  }
+}
+return found;
+"""
+# The window width the landing page is held to: a laptop's browser (its text column is 742 px).
+LANDING_WIDTH = 1280
+
+
+# A table as wide as the landing page's former one, in a scroll container like furo's wrapper:
+# the check must see it (then it is removed).
+WIDE_PROBE_JS = """
+const probe = document.createElement('div');
+probe.id = 'sideways-probe'; probe.style.overflowX = 'auto';
+probe.innerHTML = '<table style="width: 1046px"><tr><td>wide</td></tr></table>';
+document.querySelector('article').appendChild(probe);
+"""
+
+
+def _sideways_scroll_problems(driver) -> list[str]:
+    """The landing page at 1280 px in both colour schemes: nothing scrolls sideways."""
+    problems = []
+    driver.execute_script(WIDE_PROBE_JS)
+    seen = [what for what, _, _ in driver.execute_script(SIDEWAYS_JS)]
+    driver.execute_script("document.getElementById('sideways-probe').remove()")
+    if "div" not in seen:
+        problems.append(f"the sideways check missed a 1046 px table in a scroll box: {seen}")
+    size = driver.get_window_size()
+    driver.set_window_size(LANDING_WIDTH, size["height"])
+    try:
+        for scheme in ("light", "dark"):
+            _show_scheme(driver, scheme)
+            problems += [
+                f"{scheme} scheme at {LANDING_WIDTH} px: {what} scrolls sideways "
+                f"({wide} px of content in {box} px)"
+                for what, wide, box in driver.execute_script(SIDEWAYS_JS)
+            ]
+    finally:
+        _show_scheme(driver, "light")
+        driver.set_window_size(size["width"], size["height"])
+    return problems
+
+
+def _navigation_problems(driver, base: str, info: dict) -> list[str]:
+    """Every page of the guide is linked from the navigation (the sidebar) of the landing page."""
+    linked = driver.execute_script(
+        "return [...document.querySelectorAll('.sidebar-tree a')].map(a => a.href)"
+    )
+    paths = {urlsplit(link).path.lstrip("/") for link in linked if link.startswith(base)}
+    return [
+        f"the navigation does not link {page}.html"
+        for page in info["guide"]
+        if f"{page}.html" not in paths
+    ]
+
+
 def _show_scheme(driver, scheme: str) -> None:
     theme, system = SCHEMES[scheme]
     driver.execute_cdp_cmd(
@@ -651,6 +739,8 @@ def test_page_loads_cleanly_in_chromium(browser, site, page):
                 problems.append(f"Colab link {link} has no page for its notebook in this site")
         if not colab:
             problems.append("the landing page has no Colab badge")
+        problems += _sideways_scroll_problems(browser)
+        problems += _navigation_problems(browser, base, info)
     if not info["solutions"] and any("/solutions/" in link for link in links):
         problems.append("a student site links to solutions")
     screenshots = os.environ.get("COURSE_SITE_SCREENSHOTS")
@@ -674,6 +764,7 @@ def test_every_notebook_has_a_page_and_the_search_box_finds_them(browser, site):
         assert sorted(p.stem for p in (site / folder).glob("*.ipynb")) == expected
     assert info["solutions"] == (site / "solutions").exists()
     assert (site / "license.html").exists()
+    assert info["guide"] and all((site / f"{page}.html").exists() for page in info["guide"])
     base = _server(site)
     messages = _open(browser, urljoin(base, "search.html?q=attention"))
     deadline = time.time() + 30

@@ -1,9 +1,11 @@
-"""One measured table of run times (course/budgets.py); the README and every header agree with it."""
+"""One measured table of run times (course/budgets.py); the README, docs/results.md,
+docs/instructors.md and every header agree with it."""
 
 from __future__ import annotations
 
 import datetime
 import re
+import statistics
 from pathlib import Path
 
 import nbformat
@@ -14,6 +16,8 @@ from course.budgets import NOTEBOOK_BUDGET_S, RUN_TIMES, STUDENT_MINUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = nbtools.solution_paths()
+RESULTS = ROOT / budgets.RESULTS_PAGE
+INSTRUCTORS = ROOT / budgets.INSTRUCTORS_PAGE
 
 
 def _header(path: Path) -> str:
@@ -57,13 +61,16 @@ def test_header_quotes_the_table(path):
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
 def test_readme_row_quotes_the_table(path):
     row = _readme_rows((ROOT / "README.md").read_text(encoding="utf-8"))[path.name[:2]]
-    assert tuple(row[-2:]) == budgets.readme_columns(path.name[:2]), (
-        "the README's time columns differ from course/budgets.py: run `make exercises`"
+    assert row[-1] == budgets.readme_time(path.name[:2]), (
+        "the README's time column differs from course/budgets.py: run `make exercises`"
     )
 
 
-def test_readme_paragraph_under_the_table_quotes_the_table():
-    assert budgets.readme_paragraph() in (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_results_page_quotes_the_run_time_table():
+    table = budgets.run_time_table()
+    assert table in RESULTS.read_text(encoding="utf-8")
+    for path in SOLUTIONS:
+        assert f"| `{path.stem}` | {budgets.readme_time(path.name[:2])} | " in table
 
 
 def test_nothing_is_out_of_date():
@@ -86,15 +93,17 @@ def test_run_all_phrase(seconds, phrase):
     assert budgets.run_all_phrase(seconds) == phrase
 
 
-def test_render_rewrites_only_the_time_cells_and_the_paragraph():
-    row = "| 08 | Intent | you build | [a](b) | [c](d) | [![Colab](e)](f) | 10 min | 192 s |"
-    text = f"# T\n\n{row}\n| 99 | other | x | 1 min | 2 s |\n\n*Student time* is old.\nOld line.\n\nNext.\n"
+def test_render_rewrites_only_the_time_cells_and_the_marked_tables():
+    row = "| 08 | [Intent](a) | you build | [![Colab](e)](f) | 10 min |"
+    text = f"# T\n\n{row}\n| 99 | other | x | 1 min |\n\nNext.\n"
     new = budgets.render_readme(text)
-    student, cpu = budgets.readme_columns("08")
-    assert f"| [![Colab](e)](f) | {student} | {cpu} |" in new
-    assert "| 99 | other | x | 1 min | 2 s |" in new  # a row not in the tables stays as it is
-    assert budgets.readme_paragraph() + "\n\nNext.\n" in new and "Old line" not in new
-    assert budgets.render_readme(new) == new
+    assert f"| [![Colab](e)](f) | {budgets.readme_time('08')} |" in new
+    assert "| 99 | other | x | 1 min |" in new  # a row not in the tables stays as it is
+    assert new.endswith("\n\nNext.\n") and budgets.render_readme(new) == new
+    page = "# R\n\nbefore\n\n<!-- run times -->\nold\n<!-- /run times -->\n\nafter\n"
+    rendered = budgets.render_results(page)
+    assert rendered == f"# R\n\nbefore\n\n{budgets.run_time_table()}\n\nafter\n"
+    assert budgets.render_results(rendered) == rendered
 
     header = "# 08 · T\n\n**Prerequisites:** 05.\n\n**Time:** about 4 to 5 minutes, once."
     assert budgets.render_header(header, "08").endswith(budgets.header_time_line("08"))
@@ -109,10 +118,12 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setattr(nbtools, "SOLUTIONS", tmp_path / "solutions")
     monkeypatch.setattr(nbtools, "NOTEBOOKS", tmp_path / "notebooks")
     monkeypatch.setattr(nbtools, "NN_MODULE", tmp_path / "course" / "nn.py")
-    (tmp_path / "README.md").write_text(
-        "| 07 | POS | x | 60 min | 136 s |\n\n*Student time* is stale.\n\n## Next\n",
-        encoding="utf-8",
+    (tmp_path / "README.md").write_text("| 07 | POS | x | 10 min |\n\n## Next\n", encoding="utf-8")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results.md").write_text(
+        "# R\n\n<!-- run times -->\nstale\n<!-- /run times -->\n", encoding="utf-8"
     )
+    monkeypatch.setattr(budgets, "_ROOT", tmp_path)
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
         nbformat.v4.new_markdown_cell(
@@ -129,6 +140,7 @@ def project(tmp_path, monkeypatch):
 def test_check_names_stale_times_and_generate_fixes_them(project):
     assert nbtools.stale() == [
         "README.md quotes other times than course/budgets.py",
+        "docs/results.md quotes other times than course/budgets.py",
         "solutions/07_pos_tagging.ipynb quotes other times than course/budgets.py",
         "notebooks/07_pos_tagging.ipynb is missing",
         "course/nn.py is missing",
@@ -139,10 +151,11 @@ def test_check_names_stale_times_and_generate_fixes_them(project):
     assert nbtools.generate() == []  # idempotent
     exercise = nbformat.read(project / "notebooks" / "07_pos_tagging.ipynb", as_version=4)
     assert budgets.header_time_line("07") in exercise.cells[0].source  # the copy follows
-    assert budgets.readme_columns("07")[1] in (project / "README.md").read_text(encoding="utf-8")
+    results = (project / "docs" / "results.md").read_text(encoding="utf-8")
+    assert f"| `07_pos_tagging` | 60 min | {budgets.cpu_time('07')} |" in results
 
 
-# --- make bench: the stored runs and the README's table ----------------------------------------
+# --- make bench: the stored runs and their table --------------------------------------------------
 
 
 @pytest.mark.parametrize("run", budgets.BENCH_RUNS, ids=lambda run: run["output"])
@@ -158,44 +171,71 @@ def test_each_bench_run_says_when_where_how_under_what_load_and_keeps_its_output
     assert loop["course"]["precision"] in budgets.PRECISIONS
     assert 0 < loop["course"]["accuracy"] < 1 and 0 < loop["trainer"]["accuracy"] < 1
     assert output["layers"]["course_ms"] > 0 and output["layers"]["torch_ms"] > 0
+    # a run of interleaved rounds stores every round's ratio, and its median and range are theirs
+    for part in (loop, output["layers"]):
+        if "rounds" not in part:
+            continue  # a run of one block per side: the table says "one run"
+        values = part["ratio"]["values"]
+        assert part["rounds"] >= 3 and len(values) == part["rounds"]
+        assert part["ratio"]["median"] == statistics.median(values)
+        assert (part["ratio"]["min"], part["ratio"]["max"]) == (min(values), max(values))
+    if "runs" in loop:
+        ratios = [r["trainer"]["seconds"] / r["course"]["seconds"] for r in loop["runs"]]
+        assert ratios == loop["ratio"]["values"]
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "values": values}
 
 
 def test_the_bench_table_reads_every_figure_from_the_stored_output(tmp_path, monkeypatch):
     import json
 
     side = {"seconds": 20.0, "cpu_seconds": 40.0, "accuracy": 0.8314, "precision": "float32"}
+    trainer = {**side, "seconds": 21.5, "accuracy": 0.7993, "optimizer": "adamw_torch_fused",
+               "warmup_steps": 9}
     output = {
         "machine": "x86_64, 2 cores",
+        "load1_before": 0.42,
+        "load1_after": 1.96,
         "loop": {
             "steps": 94,
             "batch_size": 32,
+            "rounds": 3,
+            "runs": [{"course": side, "trainer": trainer}] * 3,
             "course": side,
-            "trainer": {**side, "seconds": 21.5, "accuracy": 0.7993, "optimizer": "adamw_torch_fused",
-                        "warmup_steps": 9},
+            "trainer": trainer,
+            "ratio": _spread([1.02, 1.07, 1.11]),
+            "cpu_ratio": _spread([0.98, 1.0, 1.04]),
         },
         "layers": {
             "sizes": {"d_model": 64, "heads": 4, "d_ff": 128, "layers": 2, "batch": 64, "length": 14},
+            "rounds": 21, "steps_per_round": 5,
             "course_ms": 30.0, "torch_ms": 33.0, "course_cpu_ms": 60.0, "torch_cpu_ms": 66.0,
+            "ratio": _spread([1.05, 1.1, 1.2]), "cpu_ratio": _spread([1.08, 1.1, 1.13]),
         },
     }
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "run.json").write_text(json.dumps(output), encoding="utf-8")
     run = {"when": "2026-11-28", "where": "a test machine", "command": "make bench JSON=docs/run.json",
-           "load": "idle", "output": "docs/run.json"}
+           "load": "idle", "output": "docs/run.json", "printed": "docs/run.txt"}
     monkeypatch.setattr(budgets, "_ROOT", tmp_path)
     monkeypatch.setattr(budgets, "BENCH_RUNS", [run])
-    table = budgets.bench_table()
-    for figure in ("20.0 s (40.0 s CPU)", "21.5 s", "83.1%", "79.9%", "Trainer / course 1.07 (1.00)",
-                   "torch / course 1.10 (1.10)", "`docs/run.json`", "warm-up steps 9"):
+    table = " ".join(budgets.bench_table().split())  # the note under the table is wrapped
+    for figure in ("20.0 s (40.0 s CPU)", "21.5 s", "83.1%", "79.9%",
+                   "Trainer / course: 1.07 (1.02 to 1.11) wall-clock, 1.00 (0.98 to 1.04) CPU",
+                   "torch / course: 1.10 (1.05 to 1.20) wall-clock, 1.10 (1.08 to 1.13) CPU",
+                   "3 rounds", "21 rounds of 5 steps", "`docs/run.json`", "`docs/run.txt`",
+                   "warm-up steps 9", "load average 0.4 before and 2.0 after"):
         assert figure in table, figure
     monkeypatch.setattr(budgets, "BENCH_RUNS", [])
     assert "No run of `make bench` with its output stored yet" in budgets.bench_table()
 
 
-def test_readme_bench_table_quotes_the_runs():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert budgets.bench_table() in text, (
-        "the README's bench table differs from course/budgets.py: run `make exercises`"
+def test_the_results_page_quotes_the_bench_runs():
+    assert budgets.bench_table() in RESULTS.read_text(encoding="utf-8"), (
+        "docs/results.md's bench table differs from course/budgets.py: run `make exercises`"
     )
 
 
@@ -208,14 +248,14 @@ def test_render_bench_rewrites_only_between_the_markers():
     assert budgets.render_bench("no markers\n") == "no markers\n"
 
 
-def test_readme_class_grading_time_quotes_the_grading_costs():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert budgets.class_grading_sentence() in text, (
-        "the README's class-grading time differs from course/budgets.py: run `make exercises`"
+def test_the_instructors_guide_quotes_the_class_grading_time():
+    assert budgets.class_grading_sentence() in INSTRUCTORS.read_text(encoding="utf-8"), (
+        "docs/instructors.md's class-grading time differs from course/budgets.py: "
+        "run `make exercises`"
     )
 
 
-# --- the precision default: its measured runs, the rule, the README's table --------------------
+# --- the precision default: its measured runs, the rule, its table -------------------------------
 
 
 def test_the_precision_runs_say_when_where_how_and_under_what_load():
@@ -263,8 +303,7 @@ def test_precision_default_rule(idle, busy, expected):
     assert budgets.precision_default(_runs(idle, busy)) == expected
 
 
-def test_readme_precision_table_quotes_the_runs():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert budgets.precision_table() in text, (
-        "the README's precision table differs from course/budgets.py: run `make exercises`"
+def test_the_results_page_quotes_the_precision_runs():
+    assert budgets.precision_table() in RESULTS.read_text(encoding="utf-8"), (
+        "docs/results.md's precision table differs from course/budgets.py: run `make exercises`"
     )

@@ -16,6 +16,9 @@ this file):
   setup cell is folded, a section written below an exercise heading is raised out of it (the
   page outline), and the images of markdown cells are files Sphinx finds (attachments
   written out, image files copied);
+* the guide's pages (``GUIDE_PAGES``: the pages under ``docs/``, ``CONTRIBUTING.md``) at
+  their own paths, so the links between them and from the README work on GitHub and here
+  alike, listed in the navigation under *Guide*;
 * ``license.md``: the LICENSE file.
 
 The repository the badges point at is the one the notebooks already name, read from
@@ -70,6 +73,18 @@ SETUP_TAG = "course-setup"  # conf.py keeps the cell so tagged out of the search
 HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 TASK_HEADING = re.compile(r"(Exercise|Question)\s+\d+\.\d+\b")
+# The guide: Markdown pages of the repository that the site shows as they are, in this order in
+# its navigation (paths relative to the root; each page keeps its path, so relative links hold).
+# tests/test_site.py fails when a page under docs/ is missing here.
+GUIDE_PAGES = (
+    "docs/commands.md",
+    "docs/offline-and-gpu.md",
+    "docs/results.md",
+    "docs/instructors.md",
+    "docs/grading.md",
+    "CONTRIBUTING.md",
+    "docs/DESIGN.md",
+)
 
 
 @dataclass(frozen=True)
@@ -326,6 +341,16 @@ def stage(options: Options, staging: Path) -> dict:
     index += toctree("Exercises", pages["notebooks"])
     if options.solutions:
         index += toctree("Solutions", pages["solutions"])
+    guide = []
+    for name in GUIDE_PAGES:
+        text = rewrite((ROOT / name).read_text(encoding="utf-8"))
+        folder = posixpath.dirname(name)
+        badge = "../" * name.count("/") + LOCAL_BADGE  # served with the site
+        staged = unlink_missing(text.replace(BADGE_IMAGE, badge), folder, shown)
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        (staging / name).write_text(staged, encoding="utf-8")
+        guide.append(name.removesuffix(".md"))
+    index += toctree("Guide", guide)
     index += toctree("About", ["license"])
     (staging / "index.md").write_text(index, encoding="utf-8")
     license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
@@ -338,6 +363,7 @@ def stage(options: Options, staging: Path) -> dict:
         "upto": options.upto,
         "hub": options.hub,
         "pages": sorted(shown),
+        "guide": guide,
     }
 
 

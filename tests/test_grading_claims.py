@@ -1,7 +1,7 @@
-"""The README's "What grading protects": every row of its tables names the tests that prove it.
+"""docs/grading.md, "What grading protects": every row of its tables names the tests that prove it.
 
 A row that names no test, or a test that does not exist (renamed, removed), fails here: the
-section may claim only what a test shows.
+page may claim only what a test shows.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ NAMED = re.compile(r"`(tests/test_\w+\.py)::(test_\w+)`")
 
 
 def _section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## What grading protects")
-    return text[start : text.index("\n## ", start + 1)]
+    """The claims: docs/grading.md up to its list of what is not protected."""
+    text = (ROOT / "docs" / "grading.md").read_text(encoding="utf-8")
+    return text[: text.index("## What is not protected")]
 
 
 def _rows() -> list[str]:
@@ -32,7 +32,7 @@ def _rows() -> list[str]:
     return rows
 
 
-def test_the_section_has_its_two_tables():
+def test_the_page_has_its_two_tables():
     rows = _rows()
     assert len(rows) >= 15
     assert any("150,000 chained cells" in r for r in rows) and any("nbformat 3" in r for r in rows)
@@ -48,7 +48,7 @@ def test_every_row_names_tests_that_exist(row):
 
 
 def test_the_stated_notebook_bound_is_the_engines_and_fits_gradescope():
-    """The README's notebook bound is computed, not typed: 10 x GRADING_COSTS + 120 s, from the
+    """The stated notebook bound is computed, not typed: 10 x GRADING_COSTS + 120 s, from the
     cheapest to the dearest notebook; with the setup check's own bound before it, every
     notebook graded alone (``ONLY=NN``) leaves results.json written within Gradescope's
     default 10 minutes."""
@@ -57,7 +57,7 @@ def test_the_stated_notebook_bound_is_the_engines_and_fits_gradescope():
 
     bounds = {int(nn): engine.deadline_s(int(nn)) for nn in GRADING_COSTS["cpu_s"]}
     low, high = min(bounds, key=bounds.get), max(bounds, key=bounds.get)
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
     stated = f"from {bounds[low]:.0f} s ({low:02d}) to {bounds[high]:.0f} s ({high:02d})"
     assert stated in " ".join(text.split()), stated
     assert f"at most {bounds[high]:.0f} s" in _section()
