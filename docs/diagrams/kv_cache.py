@@ -13,7 +13,7 @@ def draw() -> Canvas:
     c.text(x, 73, "GPT", size=11, fontweight="bold")
     c.box(x, 4, 22, 4, "token_ids (B, L)")
     c.arrow([(x, 6), (x, 10)])
-    c.box(x, 13, 34, 6, "embed(ids, start):\n$E[x]$ + learned positions $P$", "embed", size=8.5)
+    c.box(x, 13, 34, 6, "embed(ids, start):\n$\\sqrt{d_{model}}\\,E[x]$ + learned positions $P$", "embed", size=8.5)
     c.arrow([(x, 16), (x, 22)], r"$h_0$ (B, L, d_model)")
     c.frame(x - 19, 21, x + 19, 41, "N×")
     c.box(x, 31, 34, 8, "EncoderBlock with the\ncausal mask (pre-LN:\nattention, feed-forward)",
