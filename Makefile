@@ -47,6 +47,7 @@ lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_
 check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
 	$(BIN)/python -m course.nbtools check
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
+	$(BIN)/ruff format --check course
 	$(BIN)/python -m pytest tests solutions -m "not slow" --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
 
 check-grading: setup ## The slow end-to-end grading tests: whole submissions graded, progress on full notebooks
@@ -62,6 +63,7 @@ test: setup ## Only the fast tests (no notebooks)
 
 lint: setup ## Lint the package, the tests and the notebooks with ruff
 	$(BIN)/ruff check course tests solutions notebooks conftest.py
+	$(BIN)/ruff format --check course
 
 bench: setup ## Time the course's code against what you'd pick instead: its loop vs Trainer, its layers vs nn.Transformer
 	@$(call typed_here,JSON)

@@ -1,4 +1,4 @@
-"""CI: an honest class graded right in five machine layouts (issue 37, item 5).
+"""CI: an honest class graded right in five machine layouts.
 
 Run as root from the checkout, with its venv: ``.venv/bin/python .ci/layouts.py [a b ...]``.
 In each layout, one complete submission (every notebook, 06 included; an accented name) and a

@@ -177,9 +177,11 @@ def render_readme(text: str) -> str:
     """README ``text`` with the notebook table's last cell (the student's time) generated."""
     return re.sub(
         r"^(?=\| (\d\d) \|)(\|.*?)\| [^|]* \|$",
-        lambda m: f"{m.group(2)}| {readme_time(m.group(1))} |"
-        if m.group(1) in STUDENT_MINUTES
-        else m.group(0),
+        lambda m: (
+            f"{m.group(2)}| {readme_time(m.group(1))} |"
+            if m.group(1) in STUDENT_MINUTES
+            else m.group(0)
+        ),
         text,
         flags=re.MULTILINE,
     )
@@ -445,7 +447,7 @@ def _spread(ratio: dict | float) -> str:
 
 
 def _rounds(part: dict, unit: str = "") -> str:
-    """", 5 rounds" (of ``unit``), or nothing for a run of one block each."""
+    """ ", 5 rounds" (of ``unit``), or nothing for a run of one block each."""
     if "rounds" not in part:
         return ""
     return f", {part['rounds']} rounds" + (f" of {part['steps_per_round']} {unit}" if unit else "")
@@ -556,8 +558,7 @@ def render_class_grading_time(text: str) -> str:
 # `precision_default()` reads from these runs.
 PRECISION_RUNS: dict = {
     "when": "2026-11-27",
-    "where": "a 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0, "
-    "2 threads",
+    "where": "a 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0, 2 threads",
     "measurements": {
         "course loop": "`course.bench`'s course loop alone (94 steps of batch 32 on SST-2, the "
         "packaged MiniLM, fused AdamW), a fresh process per run, float32 and bf16 interleaved run "

@@ -76,7 +76,7 @@ def notebook_paths(folder: Path) -> list[Path]:
 def _threads(jobs: int) -> int:
     """Threads of each student process: one. A second thread made notebook 05's grading 1.9 times
     the CPU (26.7 s against 14.0 s on a busy 2-core machine: OpenMP's threads spin while they
-    wait), and Gradescope gives half a CPU (issue 31)."""
+    wait), and Gradescope gives half a CPU."""
     return 1
 
 
@@ -730,7 +730,11 @@ def _unpack_class(archive: Path, into: Path, refused: list[tuple[str, str]]) -> 
     each entry refused (a link, a path out of the folder, too large) added to ``refused``."""
     problems: list[str] = []
     found = handins.read_zip(
-        archive.read_bytes(), archive.name, handins._Budget(), problems, expand=False,
+        archive.read_bytes(),
+        archive.name,
+        handins._Budget(),
+        problems,
+        expand=False,
         refused=refused,
     )
     if problems and not found:

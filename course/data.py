@@ -113,7 +113,9 @@ class _Spec:
     name: str  # key used by the CLI and for data/prepared/<name>
     title: str  # shown to the user
     folder: str  # sub-folder in the mirror, downloads and samples
-    files: dict[str, tuple[int, str]]  # raw file -> (size in bytes, sha256): data/README.md lists them
+    files: dict[
+        str, tuple[int, str]
+    ]  # raw file -> (size in bytes, sha256): data/README.md lists them
     base_url: str | None  # upstream folder of the raw files (None: SST-2's zip, see _fetch_sst2)
     build: Callable[[Path, bool], DatasetDict] = field(repr=False)
     splits: tuple[str, ...] = ("train", "validation", "test")

@@ -63,7 +63,7 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 # default must never be more than 1.2x slower than the other precision, idle or beside busy
 # processes: measured (course/budgets.py, PRECISION_RUNS), bf16 was faster only on an idle machine
 # (float32 1.16x slower there); under load it was slower, 1.03x in our course-loop run on a shared
-# machine and 3.6x in the Run All of notebook 06 that issue 42 reported, so float32 is the
+# machine and 3.6x in the Run All of notebook 06 under load (PRECISION_RUNS), so float32 is the
 # default and bf16 is opt-in (COURSE_BF16=1).
 # tests/test_timings.py fails when this flag and the stored runs disagree.
 BF16_BY_DEFAULT = False

@@ -73,8 +73,10 @@ def uses(source: str, names: Sequence[str]) -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree) if tree is not None else ():
         # ``torch._softmax``, ``torch.ops.aten._softmax``: the same function, privately named
-        if isinstance(node, ast.Attribute) and node.attr.strip("_") in leaves and not _checks(
-            node.value
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.strip("_") in leaves
+            and not _checks(node.value)
         ):
             found.append(ast.unparse(node))
         elif isinstance(node, ast.ImportFrom):
@@ -148,6 +150,7 @@ def dynamic(source: str) -> list[str]:
 
 def _reflective_module(name: str) -> bool:
     return name.split(".")[0] in _REFLECTIVE_MODULES
+
 
 def message(used: Sequence[str], names: Sequence[str]) -> str:
     spelled = ", ".join(f"`{u}`" for u in used)

@@ -127,7 +127,9 @@ def check_cell_ids(notebook: nbformat.NotebookNode, name: str) -> None:
                 "(JupyterLab does) so exercise cells can be matched when grading."
             )
         if cell_id in seen:
-            raise MarkerError(f"{name}, cells {seen[cell_id]} and {index} share the id {cell_id!r}.")
+            raise MarkerError(
+                f"{name}, cells {seen[cell_id]} and {index} share the id {cell_id!r}."
+            )
         seen[cell_id] = index
 
 

@@ -576,8 +576,10 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
             twin = None
             if b == f == 0:  # a second module, for the cases in reverse order (_call_all)
                 twin = _construct(f"{made}, a second one", student_class, args, kwargs)
-                observe(f"{made}, a second one: the check's weights, eval()",
-                        lambda m=twin, w=weights: _load(m, w) and m.eval() and None)  # fmt: skip
+                observe(
+                    f"{made}, a second one: the check's weights, eval()",
+                    lambda m=twin, w=weights: _load(m, w) and m.eval() and None,
+                )
             written = list(build.cases())
             cases = written + draw(written, spec.domains, spec.defaults, offset=b)
             _module_cases(spec, build, module, made, cases, weights, state, f == 0, twin)

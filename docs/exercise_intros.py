@@ -1,5 +1,5 @@
 """How long each exercise's introduction is: the words of markdown from its heading to its
-first code cell, in every solution notebook (issue 41 asks for about 150 at most).
+first code cell, in every solution notebook (about 150 at most).
 
     .venv/bin/python docs/exercise_intros.py [--over N]
 

@@ -1,4 +1,4 @@
-"""Issue 39, families 1 and 2: inputs drawn from each argument's declared domain (its ends, its
+"""Inputs drawn from each argument's declared domain (its ends, its
 default in the defaults form, other layouts, magnitudes beyond 1e4, accents precomposed and
 decomposed: course/domains.py). Each wrong answer below breaks a sentence of its exercise's text
 only on a drawn input (the hand-written tables let them through before the domains existed);
@@ -96,7 +96,7 @@ def test_right_answers_in_other_styles_pass_on_every_drawn_input(name):
     assert check(answer, raise_on_failure=False).passed
 
 
-# --- issue 39, family 1: 6.1's probability at both ends (exact there: no draw decides) -------
+# --- the ends of a range: 6.1's probability at both ends (exact there: no draw decides) -------
 
 
 def _corrupted(input_ids, selected, mask_token_id, vocab_size):
@@ -155,7 +155,7 @@ def test_a_default_changed_in_a_constructor_is_met_by_the_defaults_form():
     assert "TokenEmbedding(17, 9): `padding_idx` is 16, expected None" in result.message
 
 
-# --- issue 39, family 2: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------
+# --- what the text allows: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------
 
 
 class _Projections(torch.nn.Module):
@@ -249,7 +249,7 @@ def test_every_mask_kind_passes_in_other_styles(name):
     assert nb02.self_attention(MASK_KINDS_RIGHT[name], raise_on_failure=False).passed
 
 
-# --- issue 39, family 5: code whose result depends on earlier calls gets a verdict ----------
+# --- code whose result depends on earlier calls gets a verdict ----------
 
 _CALLS = [0]
 
@@ -341,7 +341,7 @@ def test_a_module_that_keeps_input_free_state_passes(cls):
     assert nb01.token_embedding(cls, raise_on_failure=False).passed
 
 
-# --- issue 39, family 3: the interface other code uses is part of the contract -------------
+# --- the interface other code uses is part of the contract -------------
 
 
 def count_pairs_as_a_dict(word_freqs):
@@ -427,7 +427,7 @@ def test_an_error_that_the_text_says_says_so_has_a_message():
     assert nb03.split_merge_heads(split_heads_says_so, _merge_heads, raise_on_failure=False).passed
 
 
-# --- issue 39, item 5: messages a student reads once ---------------------------------------
+# --- messages a student reads once ---------------------------------------
 
 
 def words_from_last_piece(word_ids, token_predictions, num_words):
@@ -501,7 +501,7 @@ def test_the_right_word_predictions_pass():
     assert nb07.word_predictions(_words_first_piece, raise_on_failure=False).passed
 
 
-# --- issue 39, family 2: magnitudes the text allows (Tensors.shifts: a constant softmax ignores)
+# --- magnitudes the text allows (Tensors.shifts: a constant softmax ignores)
 
 
 def _stable(x, dim=-1):
@@ -673,7 +673,7 @@ def test_stable_answers_pass_at_every_size(name):
     assert _run(*MAGNITUDES_RIGHT[name]).passed
 
 
-# --- issue 39, family 2: accents, precomposed and decomposed (course.domains.Texts) ---------
+# --- what the text allows: accents, precomposed and decomposed (course.domains.Texts) ---------
 
 
 def _spelled(word, merges):

@@ -1,4 +1,4 @@
-"""Issue 38, family 1: records the student's objects cannot bend (course/sealed.py).
+"""Records the student's objects cannot bend (course/sealed.py).
 
 Each hostile answer below is graded as the grader grades it (probe in "the student's process",
 trusted replay), and as the notebook checks it; none passes, and each message names what it did.

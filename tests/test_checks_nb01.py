@@ -205,7 +205,7 @@ def count_returns_list(word_freqs):
 # the text never says the table is left untouched: clearing it after counting is not wrong
 RIGHT_COUNT = [count_pairs, count_with_index_loop, count_mutates_input]
 WRONG_COUNT = {
-    # the text says "Return a Counter" and the next cell calls .most_common() (issue 39)
+    # the text says "Return a Counter" and the next cell calls .most_common()
     "a plain dict": (count_into_dict, "the exercise text says a collections.Counter"),
     "unweighted": (count_unweighted, "counted"),
     "overlap counted once": (count_once_per_word, "counted"),
@@ -725,7 +725,7 @@ def test_course_nn_token_embedding_contract():
     assert copy.deepcopy(module)(ids).shape == (2, 3, 6)
 
 
-# --- issue 30's families: wrong answers written after the conversion, right public code -------
+# --- wrong answers by family of mistake, and right public code -----------------------------
 # Each wrong one breaks a sentence of its exercise's text; OLD_CHECK_PASSED names those the
 # checks before the conversion (course/checks/nb01.py at 7c6c524) let through.
 

@@ -422,7 +422,7 @@ def test_course_nn_self_attention_passes():
     assert check.self_attention(SelfAttention, raise_on_failure=False).passed
 
 
-# --- one wrong implementation per property (issue 22, section 1) ------------------------------
+# --- one wrong implementation per property -----------------------------------------------
 # Each passed the checks before they tested the property; the message must name the property.
 
 
@@ -703,7 +703,7 @@ def test_observe_gradients_of_a_detached_output_are_none():
     assert got["inputs"][0].abs().sum() > 0
 
 
-# --- issue 30's families: wrong answers written after the conversion, right public code -------
+# --- wrong answers by family of mistake, and right public code -----------------------------
 # Each wrong one breaks a sentence of its exercise's text; OLD_CHECK_PASSED names those the
 # checks before the conversion (course/checks/nb02.py at 7c6c524) let through.
 
@@ -853,7 +853,7 @@ def padding_hf(ids, pad_id):
 
 class SelfAttentionD2l(nn.Module):
     """d2l's DotProductAttention with bmm, in a module with the text's layer names; the mask
-    applied as 2.1 takes it, which the text says forward passes it on to (issue 39: a boolean
+    applied as 2.1 takes it, which the text says forward passes it on to (a boolean
     mask by ``~mask``, a float mask added to the scores)."""
 
     def __init__(self, d_model, d_k=None):

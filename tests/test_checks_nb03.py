@@ -515,7 +515,7 @@ def test_course_nn_exports_pass():
     assert check.multi_head_attention(nn_module.MultiHeadAttention, raise_on_failure=False).passed
 
 
-# --- one wrong implementation per property (issue 22, section 1) ------------------------------
+# --- one wrong implementation per property -----------------------------------------------
 # Each passed the checks (or got another message) before they tested the property.
 
 
@@ -712,7 +712,7 @@ def test_hints_hold_no_answer(name, wrong):
         assert not any(line in text for line in ANSWER_LINES), text
 
 
-# --- issue 30: the five families, with implementations written after the specs ----------------
+# --- wrong implementations by family of mistake, written independently of the specs ----------------
 # Wrong ones break one sentence of the text each; right ones are canonical code of the field
 # glued at the interface (d2l, nanoGPT, Hugging Face). Family numbers follow the issue: 1 stated
 # types, 2 the device (values read, training-only and edge paths), 3 called as the course calls

@@ -759,7 +759,7 @@ def test_course_nn_exports_pass():
     assert check.rope(nn_module.apply_rope, raise_on_failure=False).passed
 
 
-# --- issue 30: the five families, with implementations written after the specs ----------------
+# --- wrong implementations by family of mistake, written independently of the specs ----------------
 # Wrong ones break one sentence of the text each; right ones are canonical code of the field
 # glued at the interface (Hugging Face, the Annotated Transformer, GPT-J, GPT-2, BERT). Family
 # numbers follow the issue: 1 stated types, 2 the device (values read, training-only paths),

@@ -2,7 +2,7 @@
 
 The correct implementations are the solution notebook's exports in course.nn; each mistake is
 a subclass of them (the checks themselves never use course.nn). Besides the typical mistakes
-(WRONG), FAMILIES holds, for each property of issue 22 that applies to notebook 05, a wrong
+(WRONG), FAMILIES holds, for each property that applies to notebook 05, a wrong
 implementation that only that property catches (each was accepted by the checks before they
 were rewritten); RIGHT holds right variants (einsum, loops, float64 inside, hand-written
 LayerNorm, other mask constructions, the Annotated Transformer's greedy loop) that must pass.
@@ -582,7 +582,7 @@ class TransformerDecoderOnSourceVocabulary(Transformer):
                                max_len, pad_id)  # fmt: skip
 
 
-# --- one family of issue 22 each: wrong implementations only that property catches ----------
+# --- one property each: wrong implementations only that property catches ----------
 
 # 1. inputs untouched
 
@@ -1143,7 +1143,7 @@ def test_mistake_is_named(name, label, words):
 
 
 def test_the_decoder_on_the_source_vocabulary_is_said_in_the_students_terms():
-    """Issue 22: no IndexError quoting a line of the check's own reference code."""
+    """No IndexError quoting a line of the check's own reference code."""
     result = check.transformer(TransformerDecoderOnSourceVocabulary, raise_on_failure=False)
     assert "`decoder.embed.embedding.weight` has shape (11, 16)" in result.message, result.report()
     assert "IndexError" not in result.message
@@ -1151,13 +1151,13 @@ def test_the_decoder_on_the_source_vocabulary_is_said_in_the_students_terms():
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_hints_point_at_the_principle_not_the_line(name):
-    """No hint holds a finished line of code (issue 22 §3)."""
+    """No hint holds a finished line of code."""
     hint = CASES[name][0].hint
     for code in ("lambda", "self.", "[0]", "= ", "argmax(", "torch."):
         assert code not in hint, f"{name}: {hint}"
 
 
-# --- issue 30: wrong implementations written after the spec conversion, by family -----------
+# --- wrong implementations by family of mistake, written independently -------------------
 # Each breaks one sentence of its exercise's text; RIGHT_30 are canonical code of the field
 # glued at the interface. (Family 5, statistics, has no exercise in notebook 05: nothing here
 # draws at random but dropout, whose place the dropout=1.0 property decides exactly.)

@@ -65,7 +65,7 @@ def mask_tokens_exact_count(
 ):
     """The original BERT's create_pretraining_data picks round(15%) of each sequence's tokens
     exactly: right for BERT, wrong for this exercise, whose text selects "each ordinary token
-    independently" (issue 30, family 5; the old check accepted it)."""
+    independently" (state kept between calls)."""
     device = input_ids.device
     ids, labels = input_ids.clone(), input_ids.clone()
     selected = torch.zeros_like(special_tokens_mask)
@@ -616,7 +616,7 @@ def test_exported_versions_in_course_nn_pass():
 
 
 # ---------------------------------------------------------------------------------------
-# Issue 30: wrong implementations written after the conversion, one table per family (each
+# Wrong implementations written independently of the checks, one table per family (each
 # breaks a sentence of its exercise's text), and right variants from the field's code.
 # tests/README: the OLD checks (git show ab7a046~1:course/checks/nb06.py) passed the ones
 # marked "old: passed".

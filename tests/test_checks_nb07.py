@@ -441,7 +441,7 @@ WRONG_WORDS = [
     words_missing_zero,
     words_shifted,
     words_returns_tensor_of_floats,
-    words_numpy_ints,  # "a list of num_words Python ints": NumPy ints are not (issue 30, family 1)
+    words_numpy_ints,  # "a list of num_words Python ints": NumPy ints are not
 ]
 
 
@@ -517,7 +517,7 @@ def test_the_solution_notebook_passes_its_checks(tokenizer):
     assert check.word_predictions(functions["word_predictions"], tokenizer, raise_on_failure=False)
 
 
-# --- Issue 30: wrong implementations written after the conversion, by family, and right
+# --- wrong implementations by family of mistake, and right
 # variants from the field's code (the OLD checks' verdicts are in the report) ---------------
 
 

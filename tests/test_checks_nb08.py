@@ -598,7 +598,7 @@ def choose_sorts_candidates_in_place(
     val_logits, val_target, oos_id, max_drop=0.03, candidates=None
 ):
     """Sorts the caller's `candidates` list: the text forbids changing the validation data only
-    (issue 30: the old check refused this right answer)."""
+    (a right answer the checks must accept)."""
     if candidates is not None:
         candidates.sort(reverse=True)
     return choose_factory()(val_logits, val_target, oos_id, max_drop, candidates)

@@ -675,7 +675,7 @@ CACHE_WRONG = {
 }
 
 
-# --- written after the spec runner (issue 30's families), not designed against it --------------
+# --- written after the spec runner (by family of mistake), not designed against it --------------
 
 
 def _loss_shape_one(logits, token_ids, pad_id):  # family 1: a loss of shape (1,)

@@ -2,7 +2,7 @@
 
 Fast tests replace the engine (``grading.grade_file``) by a stand-in that reads a marker in the
 submitted file, so they test what this layer decides (which file, which columns, which points)
-in milliseconds. The ``slow`` tests grade the scenarios of issue 24 with the real engine, each a
+in milliseconds. The ``slow`` tests grade the class scenarios with the real engine, each a
 hand-in built here from notebooks/ and solutions/ with its expected grade, and check that
 ``progress`` gives the same verdicts on the same folders.
 """
@@ -257,7 +257,7 @@ def test_an_unreadable_zip_gives_error_rows_that_say_so(tmp_path, templates, fak
 def test_one_rule_gives_the_feedback_grades_csv_and_results_json_the_same_points(
     tmp_path, templates, monkeypatch
 ):
-    # Issue 31: points were computed twice (classroom and results.json), and a flagged pass read
+    # Points come from one rule for every output (classroom and results.json); a flagged pass reads
     # as a plain "passed". Now course.grading.points.decide is the one rule all three follow.
     def grade_file(template, submission, timeout_s=None, memory_gb=None, threads=1, seed=0):
         notebook = nbformat.read(template, as_version=4)
@@ -437,7 +437,7 @@ def test_make_passes_every_path_whole_and_refuses_one_typed_elsewhere(tmp_path):
         assert line.startswith(f"{variable}=my class is a relative path") and str(ROOT) in line
 
 
-# --- slow: the scenarios of issue 24 with the real engine -------------------------------------
+# --- slow: the class scenarios with the real engine -------------------------------------
 
 TIMEOUT_S = 30  # per exercise
 
@@ -469,7 +469,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def build_class(subs: Path) -> dict[str, dict[str, str]]:
-    """The hand-ins of issue 24, each with its expected statuses (exercise id -> status)."""
+    """The scenario hand-ins, each with its expected statuses (exercise id -> status)."""
     expected: dict[str, dict[str, str]] = {}
     template = _template()
     answer_id = _answer_cells(template)[0].id

@@ -1,4 +1,4 @@
-"""The course's diagrams (docs/diagrams, issue 41): every one drawn, embedded where its notebook
+"""The course's diagrams (docs/diagrams): every one drawn, embedded where its notebook
 shows it (a data: URI in the Markdown, which Colab shows too), with alt text, in the solution
 and in the exercise notebook alike."""
 

@@ -154,7 +154,7 @@ def colab_without_imports(name: str) -> dict:
 
 @pytest.mark.parametrize("name", ["02_attention.ipynb", "04_positional_encoding.ipynb"])
 def test_a_cell_that_only_imports_or_is_the_templates_is_never_an_answer(name, tmp_path):
-    # Issue 31: 02's imports cell defines math, nn and torch, as 2.1's answer cell does; matched
+    # 02's imports cell defines math, nn and torch, as 2.1's answer cell does; matched
     # by those names it was taken for 2.1, and its `from course.checks import` line scored every
     # exercise of 02 zero. 04's imports cell and 4.1's answer cell share torch and nn the same way.
     path = tmp_path / name
@@ -196,7 +196,7 @@ def test_an_answer_that_does_not_parse_is_still_found_and_says_so():
 
 
 def test_dependency_analysis_is_linear_in_chained_cells():
-    # Issue 31: 150,000 chained cells made the old analysis (a scan of every cell per name)
+    # 150,000 chained cells: an analysis that scanned every cell per name
     # run past 7 minutes. Reading refuses such a notebook (tests/test_handins.py); the analysis
     # itself is linear too: 20,000 chained cells, each needing the one before, in seconds.
     n = 20_000
@@ -567,7 +567,7 @@ def test_an_nbformat_3_notebook_is_converted_and_graded(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["02_attention.ipynb", "04_positional_encoding.ipynb"])
 def test_honest_colab_answers_without_their_imports_pass_every_exercise(name, tmp_path):
-    # Issue 31: such a 02 scored 0 on every exercise ("your answer imports from course.checks").
+    # Such a 02 must not score 0 on every exercise ("your answer imports from course.checks").
     path = tmp_path / name
     path.write_text(json.dumps(colab_without_imports(name)))
     results = grading.grade_file(ROOT / "notebooks" / name, path)

@@ -1,4 +1,4 @@
-"""Issue 31's attacks on the grader's operating system, each a hand-in graded beside two honest
+"""Attacks on the grader's operating system, each a hand-in graded beside two honest
 classmates, the way an instructor grades: ``python -m course.classroom grade`` in a subprocess,
 from a copy of the checkout (``course/``, one template, the samples) that stands for the
 grader's, with the grader's temp folder, OUT and checkout named to the attacks in

@@ -41,7 +41,7 @@ def test_each_notebook_fits_gradescopes_defaults(nn):
 
 
 def test_a_complete_submission_stays_within_a_minute_of_cpu():
-    assert GRADING_COSTS["complete"]["cpu_s"] <= 60  # issue 31: from 76 s
+    assert GRADING_COSTS["complete"]["cpu_s"] <= 60
 
 
 def test_the_instructors_guide_quotes_the_table():

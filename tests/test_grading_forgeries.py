@@ -1,4 +1,4 @@
-"""Issue 23's forgeries, each a fixture submission that must score 0 for its exercise.
+"""Forged records and patched checks, each a fixture submission that must score 0 for its exercise.
 
 tests/fixtures/forgeries/*.ipynb (written by make_forgeries.py there) are notebook 00 with a
 wrong softmax (the literal formula, which overflows) plus one forging line: rebinding ``check``,

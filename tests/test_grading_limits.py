@@ -1,4 +1,4 @@
-"""Hostile hand-ins bounded (issue 38, families 2 and 3), each graded beside an honest control
+"""Hostile hand-ins bounded, each graded beside an honest control
 (0.1 right) and a wrong one (0.1 wrong) in the same run, JOBS=2, notebook 00 only.
 
 Family 2, the supervisor out of reach and limits per run: a fork bomb, a memory bomb in many

@@ -1,4 +1,4 @@
-"""Output that carries no attack (issue 38, family 4): hostile names graded in one class.
+"""Output that carries no attack: hostile names graded in one class.
 
 One class, graded once by :func:`course.classroom.grade_class` (notebook 00 only, JOBS=2): an
 honest control (0.1 right) and a wrong one (0.1 wrong) beside hand-ins whose *names* attack the

@@ -1,4 +1,4 @@
-"""Grading proves its own setup (issue 37): the mount plan, the environment, "not started".
+"""Grading proves its own setup before anyone is graded: the mount plan, the environment, "not started".
 
 * the sandbox's mount plan is right by construction: for several layouts of the interpreter,
   the venv and ``TMPDIR`` (under ``/tmp``, behind a mode-700 folder, reached through a link), a

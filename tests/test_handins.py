@@ -248,7 +248,7 @@ def test_links_in_a_hand_in_are_not_followed(tmp_path):
 
 
 def chained(cells: int, stem: str | None = "00_welcome") -> bytes:
-    """A hostile notebook: ``cells`` code cells, each using the one before (issue 31)."""
+    """A hostile notebook: ``cells`` code cells, each using the one before."""
     sources = ["x0 = 1", *(f"x{i} = x{i - 1} + 1" for i in range(1, cells))]
     notebook = {
         "nbformat": 4,

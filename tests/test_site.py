@@ -1024,7 +1024,7 @@ return [...document.querySelectorAll('article img')]
     _diagram_pages or [pytest.param(None, None, marks=pytest.mark.skip(reason=NOT_REQUESTED))],
 )
 def test_diagrams_show_with_alt_text_in_light_and_dark(browser, site, page):
-    """Every diagram the notebook shows (docs/diagrams, issue 41) is on its page, with its
+    """Every diagram the notebook shows (docs/diagrams) is on its page, with its
     alt text, and shows ink on a panel (not a blank box) in Furo's light and dark schemes."""
     import nbformat
 

@@ -3,7 +3,7 @@
 * the worked example of CONTRIBUTING.md's "Checks", run through probe and replay;
 * the student's process computes no answer: in probe mode no reference is called and no
   comparison helper sees an expected value;
-* each family of issue 30 as a table of wrong implementations (written after the runner) that
+* each family of mistake as a table of wrong implementations (written after the runner) that
   fail with the property named, and right variants that pass.
 """
 

@@ -245,32 +245,53 @@ COUNT_HINT = (
     "A word that occurs f times adds f for every position where the pair occurs in it; "
     "('a', 'a', 'a') holds ('a', 'a') twice; a word of one symbol has no pair."
 )
-count_pairs = check(Spec(
-    exercise="Exercise 1.1", title="count adjacent pairs", name="count_pairs",
-    params=("word_freqs",), forms=(POSITIONAL,), reference=_count, hint=COUNT_HINT,
-    mutable=("word_freqs",),  # the text never says the table is left untouched
-    cases=lambda: [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
-    + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})],
-    properties=(Property("pair counts", _same_counts),),
-))  # fmt: skip
+count_pairs = check(
+    Spec(
+        exercise="Exercise 1.1",
+        title="count adjacent pairs",
+        name="count_pairs",
+        params=("word_freqs",),
+        forms=(POSITIONAL,),
+        reference=_count,
+        hint=COUNT_HINT,
+        mutable=("word_freqs",),  # the text never says the table is left untouched
+        cases=lambda: (
+            [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
+            + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})]
+        ),
+        properties=(Property("pair counts", _same_counts),),
+    )
+)
 
 MERGE_INPUTS: list[tuple[Symbols, Pair]] = [
-    (("l", "o", "w</w>"), ("l", "o")), (("l", "o", "w</w>"), ("o", "w</w>")),
-    (("a", "a", "a"), ("a", "a")), (("a", "a", "a", "a"), ("a", "a")),
-    (("a", "a", "a", "a", "a</w>"), ("a", "a")), (("a", "b", "a", "b", "c"), ("a", "b")),
-    (("xa", "b", "c</w>"), ("a", "b")), (("a", "bc", "d</w>"), ("ab", "c")),
-    (("ab", "c", "ab", "c</w>"), ("ab", "c")), (("n", "e", "w</w>"), ("x", "y")),
+    (("l", "o", "w</w>"), ("l", "o")),
+    (("l", "o", "w</w>"), ("o", "w</w>")),
+    (("a", "a", "a"), ("a", "a")),
+    (("a", "a", "a", "a"), ("a", "a")),
+    (("a", "a", "a", "a", "a</w>"), ("a", "a")),
+    (("a", "b", "a", "b", "c"), ("a", "b")),
+    (("xa", "b", "c</w>"), ("a", "b")),
+    (("a", "bc", "d</w>"), ("ab", "c")),
+    (("ab", "c", "ab", "c</w>"), ("ab", "c")),
+    (("n", "e", "w</w>"), ("x", "y")),
     (("q</w>",), ("q", "q")),
 ]  # fmt: skip  (no empty word: the text never promises one)
-merge_pair = check(Spec(
-    exercise="Exercise 1.2", title="merge one pair", name="merge_pair",
-    params=("symbols", "pair"), forms=(POSITIONAL,), reference=_merge,
-    hint="Scan left to right and decide at each position whether the pair starts there; a symbol "
-    "that was fused is not looked at again. Compare whole symbols, not pieces of the text.",
-    cases=lambda: [Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p})
-                   for s, p in MERGE_INPUTS],
-    properties=(Property("a tuple", _a_tuple),),
-))  # fmt: skip
+merge_pair = check(
+    Spec(
+        exercise="Exercise 1.2",
+        title="merge one pair",
+        name="merge_pair",
+        params=("symbols", "pair"),
+        forms=(POSITIONAL,),
+        reference=_merge,
+        hint="Scan left to right and decide at each position whether the pair starts there; a symbol "
+        "that was fused is not looked at again. Compare whole symbols, not pieces of the text.",
+        cases=lambda: [
+            Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p}) for s, p in MERGE_INPUTS
+        ],
+        properties=(Property("a tuple", _a_tuple),),
+    )
+)
 
 LEARN_HINT = (
     "Count with each word's frequency, recount on the rewritten table after every merge, "
@@ -319,33 +340,51 @@ ENCODE_MERGES = [
 
 def _encode_cases() -> list[Case]:
     cases = [
-        Case(f"{word!r} with merges {m[:3]}{'...' if len(m) > 3 else ''}",
-             {"word": word, "merges": list(m)})
-        for m in ENCODE_MERGES for word in ENCODE_WORDS
-    ]  # fmt: skip
+        Case(
+            f"{word!r} with merges {m[:3]}{'...' if len(m) > 3 else ''}",
+            {"word": word, "merges": list(m)},
+        )
+        for m in ENCODE_MERGES
+        for word in ENCODE_WORDS
+    ]
     return cases + [
-        Case(f"{word!r}, characters no merge mentions", {"word": word, "merges": list(ENCODE_MERGES[0])},
-             "Characters the corpus never contained stay single symbols.")
+        Case(
+            f"{word!r}, characters no merge mentions",
+            {"word": word, "merges": list(ENCODE_MERGES[0])},
+            "Characters the corpus never contained stay single symbols.",
+        )
         for word in ("zoé", "a")
-    ]  # fmt: skip
+    ]
 
 
 ACCENTS = (
     "The text spells a word with word_to_symbols, one symbol per character: a decomposed accented "
     "letter is two characters, and a character the merges never mention stays a symbol of its own."
 )
-bpe_encode = check(Spec(
-    exercise="Exercise 1.4", title="encode a word with BPE", name="bpe_encode",
-    params=("word", "merges"), forms=(POSITIONAL,), reference=_encode, cases=_encode_cases,
-    hint="Start from the word's characters, the last one marked with '</w>', and replay every "
-    "merge in the order it was learned, each on the whole word.",
-    domains={"word": Texts(base=lambda i: not i["word"].isascii(), hint=ACCENTS)},
-    mistakes=(Mistake(
-        "merging the lowest-ranked pair present first, over and over (as tokenizers and tiktoken "
-        "do)", "the merges applied in the order they were learned, each once, to the whole word",
-        _by_rank, "A merge that only a later merge makes possible never applies: one pass over "
-        "the list, in order."),),
-))  # fmt: skip
+bpe_encode = check(
+    Spec(
+        exercise="Exercise 1.4",
+        title="encode a word with BPE",
+        name="bpe_encode",
+        params=("word", "merges"),
+        forms=(POSITIONAL,),
+        reference=_encode,
+        cases=_encode_cases,
+        hint="Start from the word's characters, the last one marked with '</w>', and replay every "
+        "merge in the order it was learned, each on the whole word.",
+        domains={"word": Texts(base=lambda i: not i["word"].isascii(), hint=ACCENTS)},
+        mistakes=(
+            Mistake(
+                "merging the lowest-ranked pair present first, over and over (as tokenizers and tiktoken "
+                "do)",
+                "the merges applied in the order they were learned, each once, to the whole word",
+                _by_rank,
+                "A merge that only a later merge makes possible never applies: one pass over "
+                "the list, in order.",
+            ),
+        ),
+    )
+)
 
 
 # --- Exercise 1.5: TokenEmbedding ------------------------------------------------------------
@@ -396,8 +435,11 @@ def _stated(case: Any) -> dict[str, tuple[Any, str]]:
     pad = case.build.get("padding_idx")
     return {
         "embedding": ("Embedding", "Keep the lookup table as an nn.Embedding in `self.embedding`."),
-        "padding_idx": (pad, "Pass the constructor's padding_idx on to nn.Embedding unchanged; "
-                        "left out, it is the stub's default, None: no padding row."),
+        "padding_idx": (
+            pad,
+            "Pass the constructor's padding_idx on to nn.Embedding unchanged; "
+            "left out, it is the stub's default, None: no padding row.",
+        ),
         "d_model": (case.build["d_model"], "Keep d_model in `self.d_model`, as the text says."),
     }
 

@@ -52,7 +52,11 @@ def _attention_cases() -> list[Case]:
         return torch.randn(*shape, generator=g, dtype=dtype) * scale
 
     def qkv(q: tuple, k: tuple, v: tuple, **kwargs: Any) -> dict[str, torch.Tensor]:
-        return {"query": randn(*q, **kwargs), "key": randn(*k, **kwargs), "value": randn(*v, **kwargs)}
+        return {
+            "query": randn(*q, **kwargs),
+            "key": randn(*k, **kwargs),
+            "value": randn(*v, **kwargs),
+        }
 
     pad = torch.ones(2, 1, 6, dtype=torch.bool)
     pad[0, 0, 4:] = pad[1, 0, 1] = False
@@ -67,11 +71,15 @@ def _attention_cases() -> list[Case]:
     three = qkv((1, 3, 4), (1, 3, 4), (1, 3, 4))
     scores = {
         "query": large_scores(2, 4, 8, scale=20.0, offset=21),
-        "key": large_scores(2, 5, 8, scale=20.0, offset=22), "value": randn(2, 5, 8)}
+        "key": large_scores(2, 5, 8, scale=20.0, offset=22),
+        "value": randn(2, 5, 8),
+    }
     thousands = {
         "query": large_scores(2, 4, 6, scale=50.0, offset=23).double(),
         "key": large_scores(2, 6, 6, scale=50.0, offset=24).double(),
-        "value": randn(2, 6, 6, dtype=torch.float64), "mask": pad}
+        "value": randn(2, 6, 6, dtype=torch.float64),
+        "mask": pad,
+    }
     return [  # scores spread widely first, so a missing or wrong scale shows
         Case("random (2, 5, 16) inputs, no mask",
              {**qkv((2, 5, 16), (2, 5, 16), (2, 5, 16), scale=2.0), "mask": None}, grad=True),

@@ -97,15 +97,27 @@ def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> Non
     what, ids, special, masked, labels, _ = _masking_parts(case, got)
     vocab = case.inputs["vocab_size"]
     selected, p = labels != IGNORE_INDEX, case.inputs.get("mlm_probability", 0.15)
-    exact = [  # the ends of the probability: no draw decides there
-        (selected, "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
-         "The property violated: each ordinary token is selected with probability "
-         "mlm_probability, here never.")
-    ] if p == 0 else [
-        (~special & ~selected, "mlm_probability=1, yet the ordinary token at {at} (id {o}) was "
-         "not selected. The property violated: each ordinary token is selected with probability "
-         "mlm_probability, here always.")
-    ] if p == 1 else []  # fmt: skip
+    exact = (
+        [  # the ends of the probability: no draw decides there
+            (
+                selected,
+                "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
+                "The property violated: each ordinary token is selected with probability "
+                "mlm_probability, here never.",
+            )
+        ]
+        if p == 0
+        else [
+            (
+                ~special & ~selected,
+                "mlm_probability=1, yet the ordinary token at {at} (id {o}) was "
+                "not selected. The property violated: each ordinary token is selected with probability "
+                "mlm_probability, here always.",
+            )
+        ]
+        if p == 1
+        else []
+    )
     rule = "Select with exactly the probability given; add no rule of your own around it."
     for bad, message, hint in (
         *((bad, message, rule) for bad, message in exact),
@@ -259,9 +271,13 @@ mask_tokens = check(
             ),
         ),
         domains={  # "with probability mlm_probability": both ends, and the default left out
-            "mlm_probability": Numbers(0.0, 1.0, interior=0, base=lambda i: i["vocab_size"] > 64
-                                       and 10 < i["input_ids"].numel() < 1000),
-        },  # fmt: skip
+            "mlm_probability": Numbers(
+                0.0,
+                1.0,
+                interior=0,
+                base=lambda i: i["vocab_size"] > 64 and 10 < i["input_ids"].numel() < 1000,
+            ),
+        },
         hint="Two random decisions: first which ordinary tokens are selected (probability "
         "`mlm_probability`), then, among the selected only, what happens to each (80/10/10).",
     )

@@ -260,11 +260,13 @@ def _word_story(case: Case, got: Any, expected: list[int], seen: Any) -> None:
         else "no token's prediction"
     )
     should, rule = (
-        (f"the prediction of its first piece, token {predictions.index(want)}", "a word's "
-         "prediction is that of its first piece")
+        (
+            f"the prediction of its first piece, token {predictions.index(want)}",
+            "a word's prediction is that of its first piece",
+        )
         if want in predictions
         else ("no token of that word is left after truncation", "a word with no token gets -1")
-    )  # fmt: skip
+    )
     raise CheckFailure(
         f"word_predictions on {case.what}: word {wrong} got {mine!r} ({source}), expected "
         f"{want!r} ({should}) (the property violated: {rule}).",

@@ -139,8 +139,9 @@ def _threshold_cases() -> list[Case]:
     )
     label = torch.randint(0, 5, (30,), generator=g)
     offset = torch.where(torch.arange(30) % 2 == 0, 1000.0, -1000.0)
-    huge = _logits_with(_halfway(30, 0.35, 0.99, g), label, 5, g,
-                        offset + torch.randn(30, generator=g) * 100)  # fmt: skip
+    huge = _logits_with(
+        _halfway(30, 0.35, 0.99, g), label, 5, g, offset + torch.randn(30, generator=g) * 100
+    )
     rows.append(("logits in the thousands (30, 5; their exp overflows), threshold=0.6", huge, 0.6,
                  5))  # fmt: skip
     return [Case(w, {"logits": x, "threshold": t, "oos_id": o}) for w, x, t, o in rows]
@@ -162,12 +163,20 @@ apply_threshold = check(
         domains={"logits": Tensors(layouts=(), shifts=(-3e4, 3e4))},  # "of any size"; a constant
         properties=(
             Property("numeric range", **prop.overflow("apply_threshold", "logits")),
-            *(Property(**m) for m in prop.meanings(
-                ("the labels", lambda r: r, "the labels", "a row gets oos_id exactly when its "
-                 "largest softmax probability, over the classes, is below the threshold; a "
-                 "probability equal to it is kept"),
-            )),
-        ),  # fmt: skip
+            *(
+                Property(**m)
+                for m in prop.meanings(
+                    (
+                        "the labels",
+                        lambda r: r,
+                        "the labels",
+                        "a row gets oos_id exactly when its "
+                        "largest softmax probability, over the classes, is below the threshold; a "
+                        "probability equal to it is kept",
+                    ),
+                )
+            ),
+        ),
         hint="The confidence of a row is its largest softmax probability over the classes; "
         "compare that probability (not a logit) with the threshold.",
     )
@@ -181,11 +190,13 @@ def _metrics_cases() -> list[Case]:
     oos, g = 9, generator(83)
     target = torch.tensor([0, 1, 2, oos, oos, 1, oos])
     random_target = torch.randint(0, 6, (300,), generator=g)  # 5 is "oos" here
-    random_pred = torch.where(torch.rand(300, generator=g) < 0.7, random_target,
-                              torch.randint(0, 6, (300,), generator=g))  # fmt: skip
+    random_pred = torch.where(
+        torch.rand(300, generator=g) < 0.7, random_target, torch.randint(0, 6, (300,), generator=g)
+    )
     zero_target = torch.randint(0, 4, (50,), generator=g)  # 0 is "oos" here
-    zero_pred = torch.where(torch.rand(50, generator=g) < 0.6, zero_target,
-                            torch.randint(0, 4, (50,), generator=g))  # fmt: skip
+    zero_pred = torch.where(
+        torch.rand(50, generator=g) < 0.6, zero_target, torch.randint(0, 4, (50,), generator=g)
+    )
     rows = [
         ("a 7-row example (in-scope accuracy 0.75, recall 0.333, precision 0.5)",
          torch.tensor([0, oos, 2, oos, 1, 1, 2]), target, oos),
@@ -262,8 +273,9 @@ def _random_validation(offset: int) -> tuple[torch.Tensor, torch.Tensor]:
     )
     confident = 0.97 - 0.6 * torch.rand(n_in, generator=g) ** 2
     unsure = 0.35 + 0.4 * torch.rand(n_in, generator=g)
-    confidence = torch.cat([torch.where(right, confident, unsure),
-                            0.35 + 0.55 * torch.rand(n_oos, generator=g) ** 1.5])  # fmt: skip
+    confidence = torch.cat(
+        [torch.where(right, confident, unsure), 0.35 + 0.55 * torch.rand(n_oos, generator=g) ** 1.5]
+    )
     confidence = torch.floor(confidence.double() * 100) / 100 + 0.005
     return _validation_set(confidence, label, torch.cat([target, torch.full((n_oos,), CLASSES)]), g)
 
@@ -306,10 +318,15 @@ def _choose_cases() -> list[Case]:
              "2/128 to begin with), default max_drop and candidates", all_in_budget),
     ]  # fmt: skip
     randoms = [
-        case(f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
-             data, max_drop=drop, candidates=list(GRID_005))
-        for name, data in sets.items() for drop in (0.03, 0.08)
-    ]  # fmt: skip
+        case(
+            f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
+            data,
+            max_drop=drop,
+            candidates=list(GRID_005),
+        )
+        for name, data in sets.items()
+        for drop in (0.03, 0.08)
+    ]
     return rules + randoms + [
         case("a synthetic validation set (set C), default max_drop (0.03) and candidates (0.00, "
              "0.01, ..., 1.00)", third),
@@ -358,8 +375,11 @@ def _chosen(
     the no-threshold one minus ``max_drop``."""
     n_in = int((val_target != oos_id).sum())
     floor = _accuracy_rows(val_logits, val_target, oos_id, 0.0) - max_drop * n_in
-    allowed = [t for t in (candidates if candidates is not None else DEFAULT_CANDIDATES)
-               if _accuracy_rows(val_logits, val_target, oos_id, t) >= floor - 1e-9]  # fmt: skip
+    allowed = [
+        t
+        for t in (candidates if candidates is not None else DEFAULT_CANDIDATES)
+        if _accuracy_rows(val_logits, val_target, oos_id, t) >= floor - 1e-9
+    ]
     return float(max(allowed, default=0.0))
 
 
@@ -469,13 +489,25 @@ fit_gaussians = check(
         cases=_gaussian_cases,
         device=False,  # tensors or NumPy arrays: the text states no device
         mistakes=GAUSSIAN_MISTAKES,
-        properties=tuple(Property(**m) for m in prop.meanings(
-            ("the means", lambda r: r[0], "the intent means", "the average vector of each "
-             "intent, over that intent's rows: (C, D)"),
-            ("the precision", lambda r: r[1], "the precision matrix", "the inverse of ONE "
-             "covariance shared by all intents, of the rows centred on their own intent's mean, "
-             "averaged over all N rows: (D, D)"),
-        )),  # fmt: skip
+        properties=tuple(
+            Property(**m)
+            for m in prop.meanings(
+                (
+                    "the means",
+                    lambda r: r[0],
+                    "the intent means",
+                    "the average vector of each intent, over that intent's rows: (C, D)",
+                ),
+                (
+                    "the precision",
+                    lambda r: r[1],
+                    "the precision matrix",
+                    "the inverse of ONE "
+                    "covariance shared by all intents, of the rows centred on their own intent's mean, "
+                    "averaged over all N rows: (D, D)",
+                ),
+            )
+        ),
         hint="One covariance for all intents: every row centred on the mean of its own intent, "
         "the outer products averaged over all N rows (divided by N); precision is its inverse. "
         "Use only the vectors you are given.",
@@ -511,8 +543,12 @@ def _score_cases() -> list[Case]:
 
 
 def _scipy_scores(features: torch.Tensor, means: torch.Tensor, precision: torch.Tensor) -> OneOf:
-    d = cdist(features.double().numpy(), means.double().numpy(), "mahalanobis",
-              VI=precision.double().numpy())  # fmt: skip
+    d = cdist(
+        features.double().numpy(),
+        means.double().numpy(),
+        "mahalanobis",
+        VI=precision.double().numpy(),
+    )
     return OneOf(torch.as_tensor(d**2).amin(dim=1), ("torch.Tensor",), any_dtype=True)
 
 
@@ -524,13 +560,21 @@ mahalanobis_scores = check(
         params=("features", "means", "precision"),
         reference=_scipy_scores,
         cases=_score_cases,
-        properties=tuple(Property(**m) for m in prop.meanings(
-            ("the expansion", lambda r: r, "the scores", "your score equals (h - mu)^T P (h - mu) "
-             "for every row and mean; it is right when the means are zero (h^T P h) and when the "
-             "rows are zero (mu^T P mu), so a likely cause is the expansion of the squared "
-             "distance, whose cross term (between h and mu) is off",
-             lambda case: "term" not in case.what),
-        )),  # fmt: skip
+        properties=tuple(
+            Property(**m)
+            for m in prop.meanings(
+                (
+                    "the expansion",
+                    lambda r: r,
+                    "the scores",
+                    "your score equals (h - mu)^T P (h - mu) "
+                    "for every row and mean; it is right when the means are zero (h^T P h) and when the "
+                    "rows are zero (mu^T P mu), so a likely cause is the expansion of the squared "
+                    "distance, whose cross term (between h and mu) is off",
+                    lambda case: "term" not in case.what,
+                ),
+            )
+        ),
         hint="The score of a row h is the smallest over the classes of (h - mu)^T P (h - mu), P "
         "used as given and no square root. If you expanded the square, check each of its three "
         "terms against the direct formula on a few rows.",

@@ -61,9 +61,10 @@ def _loss_cases() -> list[Case]:
 def _loss(logits: torch.Tensor, token_ids: torch.Tensor, pad_id: int) -> tuple[OneOf, OneOf]:
     vocab = logits.size(-1)
     loss = F.cross_entropy(
-        logits[:, :-1].double().reshape(-1, vocab), token_ids[:, 1:].reshape(-1),
+        logits[:, :-1].double().reshape(-1, vocab),
+        token_ids[:, 1:].reshape(-1),
         ignore_index=pad_id,
-    )  # fmt: skip
+    )
     # the text states no dtype: a loss computed in float32 from float64 logits is right too
     return OneOf(loss.to(logits.dtype), ("torch.Tensor",), any_dtype=True), OneOf(
         loss.exp(), any_dtype=True
@@ -79,11 +80,19 @@ lm_loss = check(
         reference=_loss,
         cases=_loss_cases,
         gradients=("logits",),
-        properties=tuple(Property(**m) for m in prop.meanings(
-            ("the loss", lambda r: r[0], "the loss", "the mean over every target that is not "
-             "padding, in the whole batch: position t predicts token t + 1, padding ignored"),
-            ("the perplexity", lambda r: r[1], "the perplexity", "perplexity = exp(loss)"),
-        )),  # fmt: skip
+        properties=tuple(
+            Property(**m)
+            for m in prop.meanings(
+                (
+                    "the loss",
+                    lambda r: r[0],
+                    "the loss",
+                    "the mean over every target that is not "
+                    "padding, in the whole batch: position t predicts token t + 1, padding ignored",
+                ),
+                ("the perplexity", lambda r: r[1], "the perplexity", "perplexity = exp(loss)"),
+            )
+        ),
         hint="The exercise text: position t predicts token t + 1, so the last position predicts "
         "nothing and the first token is never a target; a target equal to pad_id does not count, "
         "and the mean runs over the targets that do.",
@@ -456,8 +465,10 @@ def _cache_cases() -> list[Case]:
                 parameter.copy_(torch.randn(parameter.shape, generator=g) / math.sqrt(d_model))
         shape = (batch, heads, cached, d_model // heads)
         past = None if not cached else tuple(torch.randn(shape, generator=g) for _ in "kv")
-        what = (f"MultiHeadAttention({d_model}, {heads}, bias={bias}), batch {batch}, {new} new "
-                f"token{'s' * (new > 1)} after {cached} cached")  # fmt: skip
+        what = (
+            f"MultiHeadAttention({d_model}, {heads}, bias={bias}), batch {batch}, {new} new "
+            f"token{'s' * (new > 1)} after {cached} cached"
+        )
         x = torch.randn(batch, new, d_model, generator=g)
         cases.append(Case(what, {"attention": attention, "x": x, "cache": past}))
     return cases
@@ -493,12 +504,25 @@ attend_with_cache = check(
         forms=("positional", "defaults"),
         reference=_cached_attention,
         cases=_cache_cases,
-        properties=tuple(Property(**m) for m in prop.meanings(
-            ("the cache", lambda r: r[1], "the new cache (keys, values)", "the cache grows by "
-             "the new tokens: the past ones unchanged, then this step's, along the length axis"),
-            ("the output", lambda r: r[0], "the output", "equal to attention over the whole "
-             "sequence so far under a causal mask, recomputed"),
-        )),  # fmt: skip
+        properties=tuple(
+            Property(**m)
+            for m in prop.meanings(
+                (
+                    "the cache",
+                    lambda r: r[1],
+                    "the new cache (keys, values)",
+                    "the cache grows by "
+                    "the new tokens: the past ones unchanged, then this step's, along the length axis",
+                ),
+                (
+                    "the output",
+                    lambda r: r[0],
+                    "the output",
+                    "equal to attention over the whole "
+                    "sequence so far under a causal mask, recomputed",
+                ),
+            )
+        ),
         hint="Follow the exercise text: project x with w_q, w_k, w_v, split into heads, append "
         "this step's keys and values to the cache along the length axis, and let new token i "
         "attend to every cached key and to new keys 0..i.",

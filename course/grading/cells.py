@@ -158,7 +158,7 @@ def used_imports_only(source: str, used: set[str]) -> str | None:
     None when the cell does anything but import (or does not parse): it then runs as written.
     The template's imports cell binds ``plt``, ``viz``, ``models`` and more that no check or
     answer needs; importing them (matplotlib, transformers) in every graded notebook was pure
-    cost (issue 31)."""
+    cost."""
     try:
         tree = ast.parse(cell_code(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):

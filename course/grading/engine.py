@@ -41,7 +41,9 @@ TEMPLATE_CELL_S = 300  # a cell of the template itself (loading a model, buildin
 # 06); with the setup check's own bound (notebook 00's, 209 s) before it, within Gradescope's
 # 10 minutes. An honest notebook needs its cost once (about twice at Gradescope's half CPU).
 DEADLINE_FACTOR = 10
-DEADLINE_MARGIN_S = 120  # with the setup check's bound, the dearest notebook stays within 10 minutes
+DEADLINE_MARGIN_S = (
+    120  # with the setup check's bound, the dearest notebook stays within 10 minutes
+)
 
 
 def deadline_s(number: int) -> float:

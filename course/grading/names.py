@@ -83,7 +83,9 @@ def alike(names: list[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for name in dict.fromkeys(names):
         groups.setdefault(skeleton(name), []).append(name)
-    return {n: [o for o in same if o != n] for same in groups.values() if len(same) > 1 for n in same}
+    return {
+        n: [o for o in same if o != n] for same in groups.values() if len(same) > 1 for n in same
+    }
 
 
 def told_apart(name: str, raw: str) -> str:

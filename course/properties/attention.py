@@ -31,8 +31,10 @@ def blocked_get_zero(name: str, lost: str = "", heads: bool = False) -> dict[str
         leaked = blocked & (weights != 0)
         if not leaked.any():
             return
-        index = tuple(int(i) for i in torch.unravel_index(
-            (weights.abs() * leaked).flatten().argmax(), weights.shape))  # fmt: skip
+        index = tuple(
+            int(i)
+            for i in torch.unravel_index((weights.abs() * leaked).flatten().argmax(), weights.shape)
+        )
         inverted = bool((weights.masked_select(~blocked) == 0).all())
         dead = bool(blocked[index[:-1]].all())
         reason = (
