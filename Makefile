@@ -126,7 +126,8 @@ site: setup ## Build the website into site/ from the stored notebooks [SOLUTIONS
 check-site: site ## Build the site (and a student one), then open every page in headless Chromium
 	$(BIN)/python docs/site/build.py --out build/site-student --no-solutions --hub https://hub.example.edu
 	COURSE_SITE_DIRS="$(SITE_DIR):build/site-student" $(if $(SCREENSHOTS),COURSE_SITE_SCREENSHOTS=$(SCREENSHOTS),) \
-	  $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider -q
+	  $(BIN)/python -m pytest tests/test_site.py \
+	  tests/test_report.py::test_the_page_shows_its_figures_in_light_and_dark_without_a_network -p no:cacheprovider -q
 
 clean: ## Remove the environment, caches and prepared data (never your notebooks)
 	rm -rf $(VENV) .pytest_cache .ruff_cache data/prepared data/downloads

@@ -1,5 +1,5 @@
 """Helpers for the *Transformers, hands-on* notebooks: import each module explicitly (nothing
-heavy is imported here); the README's "Repository layout" names them."""
+heavy is imported here); docs/commands.md's "Repository layout" names them."""
 
 import sys
 

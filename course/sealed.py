@@ -12,7 +12,7 @@ A probe runs beside objects the student built; three ways they could bend what i
   :func:`fingerprint` of what it called; the replay's differs: :class:`Tampered`, the exercise
   scores 0, flagged.
 
-A rewritten ``course.observe`` is the README's "not protected": the trusted side re-judges every
+A rewritten ``course.observe`` is docs/grading.md's "What is not protected": the trusted side re-judges every
 recorded value against its own reference, so it can hide a side effect, never forge an answer.
 """
 

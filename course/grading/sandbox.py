@@ -353,11 +353,11 @@ def notice(choice: Choice | None = None) -> str | None:
     if choice.kind == "uid":
         return (
             f"warning: no sandbox ({choice.why}): it can read what any user can read and "
-            "reach the network; see README, What grading protects"
+            "reach the network; see docs/grading.md"
         )
     return (
         f"warning: no sandbox ({choice.why}): student code runs as you, with your files and "
-        "network; see README, What grading protects"
+        "network; see docs/grading.md"
     )
 
 
@@ -413,9 +413,9 @@ KILL_ALL = (
 if __name__ == "__main__":  # make sandbox
     chosen = choose()
     print(f"sandbox: {chosen.kind} ({chosen.why}); student uid: {chosen.uid or os.geteuid()}")
-    print(notice(chosen) or "student code runs in the sandbox: see README, What grading protects")
+    print(notice(chosen) or "student code runs in the sandbox: see docs/grading.md")
     for problem in unreachable(chosen):
-        print(f"but {problem}: grading will refuse to start (see README)")
+        print(f"but {problem}: grading will refuse to start (see docs/instructors.md)")
     from course.grading import runlimits
 
     print(f"limits per run: {runlimits.describe(8.0)}")
