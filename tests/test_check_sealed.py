@@ -97,7 +97,9 @@ def _restore_torch():
 
 
 HOSTILE = {
-    "restores its input when copied": (restores_its_input, "inputs untouched"),
+    # 0.1's text lets x change in place, so what is left to catch is the subclass that would
+    # hide it; test_a_subclass_is_read_without_running_its_code shows the read runs none of it.
+    "restores its input when copied": (restores_its_input, "subclass of torch.Tensor"),
     "re-casts to float32 when copied": (float32_inside, "subclass of torch.Tensor"),
     "re-enables grad mode when copied": (grad_off_then_back, "global state"),
     "replaces torch.random.get_rng_state": (hides_its_draws, "random generator"),
