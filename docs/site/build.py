@@ -343,6 +343,8 @@ def stage(options: Options, staging: Path) -> dict:
         index += toctree("Solutions", pages["solutions"])
     guide = []
     for name in GUIDE_PAGES:
+        if not (ROOT / name).is_file():  # a tree that holds no guide (a probe, a bare copy)
+            continue
         text = rewrite((ROOT / name).read_text(encoding="utf-8"))
         folder = posixpath.dirname(name)
         badge = "../" * name.count("/") + LOCAL_BADGE  # served with the site
@@ -350,7 +352,8 @@ def stage(options: Options, staging: Path) -> dict:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         (staging / name).write_text(staged, encoding="utf-8")
         guide.append(name.removesuffix(".md"))
-    index += toctree("Guide", guide)
+    if guide:
+        index += toctree("Guide", guide)
     index += toctree("About", ["license"])
     (staging / "index.md").write_text(index, encoding="utf-8")
     license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
