@@ -24,7 +24,7 @@ HUB       ?=
 # another directory is refused in one line rather than read in the wrong folder.
 export COURSE_CALLER_DIR := $(PWD)
 typed_here = $(foreach v,$(1),case "$$$(v)" in (""|/*) ;; (*) [ -z "$$COURSE_CALLER_DIR" ] || [ "$$(cd "$$COURSE_CALLER_DIR" 2>/dev/null && pwd -P)" = "$$(pwd -P)" ] || { echo "$(v)=$$$(v) is a relative path, but make runs in $$(pwd), not where you typed it ($$COURSE_CALLER_DIR): give $(v) as an absolute path, e.g. $(v)=\"$$COURSE_CALLER_DIR/$$$(v)\"" >&2; exit 2; };; esac;)
-.PHONY: bench help setup lab check check-samples check-grading test lint solutions exercises data badges progress grade report sandbox release gradescope clean site check-site diagrams
+.PHONY: bench help setup lab check check-static check-notebooks check-samples check-grading test lint solutions exercises data badges progress grade report sandbox release gradescope clean site check-site diagrams
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -44,11 +44,13 @@ lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_
 	@test -d "$(or $(DIR),notebooks)" || { echo "DIR=$(DIR) is not a folder of this repository (try DIR=solutions)"; exit 1; }
 	$(BIN)/jupyter lab --notebook-dir="$(or $(DIR),notebooks)" --LabApp.app_settings_dir="$(CURDIR)/jupyter-config/lab-settings" $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
-check: setup ## Run every test: generated files, lint, package tests, all solution notebooks (nbval)
+check: check-static test check-notebooks ## Run every test: generated files, lint, the fast tests (make test), all solution notebooks (nbval)
+
+check-static: setup lint ## Generated files up to date, then lint (the first part of make check)
 	$(BIN)/python -m course.nbtools check
-	$(BIN)/ruff check course tests solutions notebooks conftest.py
-	$(BIN)/ruff format --check course
-	$(BIN)/python -m pytest tests solutions -m "not slow" --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
+
+check-notebooks: setup ## Every solution notebook top to bottom under nbval (the last part of make check)
+	$(BIN)/python -m pytest solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
 
 check-grading: setup ## The slow end-to-end grading tests: whole submissions graded, progress on full notebooks
 	$(BIN)/python -m pytest tests -m slow -p no:cacheprovider
