@@ -124,6 +124,8 @@ class Spec(_Contract):
     # with what the call did and left, as plain data. The properties judge every run.
     calls: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]] | None = None
     watch: Callable[..., dict] | None = None
+    watched: tuple[str, ...] = ()  # what a call left that the values compare too, after its
+    # result, by its key in ``watch``'s dict (the parameters after a training step)
     # The check cell passes several functions (merge and unmerge): the runner gets them as one
     # tuple, which ``watch`` and the reference (a tuple too) index by call.
     together: bool = False
@@ -433,18 +435,20 @@ def _pairs(
     spec: Spec | ModuleSpec, results: list[tuple[str, Any]], expected: Any, whole: bool = False
 ) -> list:
     """``(what, got, want)`` of every result to compare: each call form's, and in a run of
-    several calls (``spec.calls``) each call's (``whole``: all it watched, not only its result)."""
+    several calls (``spec.calls``) each call's result and what it left that the spec compares
+    (``spec.watched``; ``whole``: all it watched)."""
     if not (isinstance(spec, Spec) and spec.calls):
         return [(what, got, expected) for what, got in results]
-    return [
-        (
-            f"{what}, call {k + 1}" if len(got) > 1 else what,
-            mine if whole else mine["result"],
-            ours if whole else ours["result"],
-        )
-        for what, got in results
-        for k, (mine, ours) in enumerate(zip(got, expected, strict=True))
-    ]
+    pairs = []
+    for what, got in results:
+        for k, (mine, ours) in enumerate(zip(got, expected, strict=True)):
+            label = f"{what}, call {k + 1}" if len(got) > 1 else what
+            if whole:
+                pairs.append((label, mine, ours))
+                continue
+            pairs.append((label, mine["result"], ours["result"]))
+            pairs += [(f"{label}, the {key} it left", mine[key], ours[key]) for key in spec.watched]
+    return pairs
 
 
 def _matches(pairs: list, strict: bool | dict) -> bool:
