@@ -50,7 +50,8 @@ def _named_property(message: str) -> str | None:
 def violated(what: str, symptom: str, prop: str, hint: str | None = None) -> CheckFailure:
     """The failure of one property on one case, composed the same way everywhere: "``what``
     ``symptom`` (the property violated: ``prop``)", the property kept as data."""
-    return CheckFailure(f"{what} {symptom}{VIOLATED}{prop}).", hint, prop=prop)
+    said = f"{what} {symptom}" if symptom else what
+    return CheckFailure(f"{said}{VIOLATED}{prop}).", hint, prop=prop)
 
 
 def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:

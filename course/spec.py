@@ -62,7 +62,9 @@ class Property:
     """A property of the text that the result alone does not show (a blocked key gets exactly 0).
     ``observe(student, case, call)`` returns plain data (``call(inputs)`` calls the student's
     code as the spec does); ``judge(case, got, expected, observed)`` decides on the trusted side,
-    after the result's types and before its values, so its own message is the one read."""
+    after the result's types and before its values, so its own message is the one read. A
+    judge's failure says what happened on the case; the runner adds "(the property violated:
+    ``name``)" where it names no property itself, so ``name`` is in the text's words."""
 
     name: str
     judge: Callable[[Case, Any, Any, Any], None]
@@ -421,7 +423,7 @@ def _judge_case(
                 prop.expect_result(got, want, what, hint, case.strict, values=False)
         for item, seen in observed:
             for judged, got in runs:
-                item.judge(judged, got, expected, seen)
+                _judged(item, judged, got, expected, seen)
         if expected is not None and case.compare:
             for what, got, want in pairs:
                 prop.expect_result(got, want, what, hint, case.strict)
@@ -429,6 +431,18 @@ def _judge_case(
         if expected is not None:
             _name_mistake(spec, case, results, expected, compute)
         raise
+
+
+def _judged(item: Property, case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """``item.judge`` on one case; its failure, where that names no property, names ``item``."""
+    try:
+        item.judge(case, got, expected, seen)
+    except prop.CheckFailure as failure:
+        if failure.prop is not None:
+            raise
+        named = violated(failure.message.rstrip().rstrip("."), "", item.name, failure.hint)
+        named.mistake = failure.mistake
+        raise named from None
 
 
 def _pairs(

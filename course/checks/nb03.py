@@ -125,8 +125,7 @@ def _per_head(case: Case, got: Any, expected: Any, seen: Any) -> None:
     prop.expect(
         mine.dim() != 4 or mine.shape[1] == heads,
         f"on {case.what}, the attention weights have {mine.shape[1]} heads on axis 1, but "
-        f"num_heads={heads}: the number of heads is wrong (the property violated: num_heads "
-        "heads of d_model / num_heads features each).",
+        f"num_heads={heads}: the number of heads is wrong",
         MHA_HINT,
     )
 
@@ -199,14 +198,12 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
         )
         raise prop.CheckFailure(
             f"{what}, the returned attention weights {state}; return the weights before "
-            "dropout, the pattern the model computed (the property violated: the stated "
-            "result in training mode).",
+            "dropout, the pattern the model computed",
             DROPOUT_HINT,
         )
     prop.expect(
         not torch.allclose(out_t, out_e, atol=1e-10),
-        f"{what}, the output equals the eval-mode output: dropout is never applied (the "
-        "property violated: training mode).",
+        f"{what}, the output equals the eval-mode output: dropout is never applied",
         DROPOUT_HINT,
     )
     w = seen["state"]
@@ -231,9 +228,8 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
         )
     prop.expect(
         mistake is None,
-        f"{what}, {mistake} (the property violated: training mode); dropout belongs on the "
-        "attention weights: each weight zeroed with probability p (the others scaled by "
-        "1/(1-p)) before they multiply V.",
+        f"{what}, {mistake}; dropout belongs on the attention weights: each weight zeroed with "
+        "probability p (the others scaled by 1/(1-p)) before they multiply V",
         DROPOUT_HINT,
     )
 
@@ -296,8 +292,7 @@ def _keeps_num_heads(case: Case, got: Any, expected: Any, seen: Any) -> None:
     heads = int(expected[1].shape[1])
     prop.expect(
         type(seen) is int and seen == heads,
-        f"MultiHeadAttention on {case.what}: `self.num_heads` is {seen!r}, expected {heads} (the "
-        "property violated: the attributes the stub keeps, which notebook 09 reads).",
+        f"MultiHeadAttention on {case.what}: `self.num_heads` is {seen!r}, expected {heads}",
         "Keep the constructor's num_heads in `self.num_heads`, as the stub says.",
     )
 
@@ -331,9 +326,9 @@ multi_head_attention = check(
         output=lambda r: r[0],
         hint=MHA_HINT,
         properties=(
-            Property("the per-head weights", _per_head),
+            Property("num_heads heads of d_model / num_heads features each", _per_head),
             Property(
-                "self.num_heads",
+                "the attributes the stub keeps (`self.num_heads`, which notebook 09 reads)",
                 _keeps_num_heads,
                 lambda m, case, call: prop.observe(
                     f"{case.what}: self.num_heads", lambda: getattr(m, "num_heads", None)
@@ -345,7 +340,8 @@ multi_head_attention = check(
                 **attention.blocked_get_zero("MultiHeadAttention", heads=True),
             ),
             Property(
-                "dropout on the attention weights",
+                "training mode: dropout on the attention weights before they multiply V, the "
+                "weights returned before it",
                 _dropout_judge,
                 _in_train,
                 applies=lambda c: "dropout acts" in c.what,
