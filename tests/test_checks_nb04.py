@@ -122,7 +122,7 @@ TABLE_WRONG = {
     "sin and cos swapped": (lambda n, d: _table(n, d, swap=True), "swapped"),
     "exponent i/d": (lambda n, d: _table(n, d, exponent="i"), "differs"),
     "exponent from the column index": (lambda n, d: _table(n, d, layout="column_index"), "differs"),
-    "positions start at 1": (lambda n, d: _table(n, d, start=1), "start at 0"),
+    "positions start at 1": (lambda n, d: _table(n, d, start=1), "counted from 1"),
     "sines then cosines": (lambda n, d: _table(n, d, layout="halves"), "interleaves"),
     "float64 returned": (lambda n, d: _table(n, d).double(), "float32"),
     "transposed": (lambda n, d: _table(n, d).T.contiguous(), "shape"),

@@ -88,31 +88,22 @@ TABLE_HINT = (
 )
 
 
-def _first_row(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -> None:
-    """Row 0 of a sinusoidal table is (sin 0, cos 0, ...) = (0, 1, 0, 1, ...): the usual slips
-    (sin and cos swapped, positions from 1, no cosines, two halves) named from it."""
-    if got.shape != expected.shape:
-        return  # the shape speaks for itself
-    row, truth = got[0].double(), expected[0].double()
-    half = row.shape[0] // 2
-    near = lambda a, b: torch.allclose(a, b, atol=1e-4)  # noqa: E731
-    if near(row, truth):
-        return
-    if near(row, 1.0 - truth):
-        slip = "sin and cos are swapped (sin goes to the even columns)"
-    elif expected.shape[0] > 1 and near(row, expected[1].double()):
-        slip = "it equals the paper's PE[1]: positions must start at 0, not 1"
-    elif near(row, torch.zeros_like(row)):
-        slip = "it is all zeros, but cos 0 = 1 belongs in every odd column"
-    elif near(row[:half], 0 * row[:half]) and near(row[half:], 1 + 0 * row[half:]):
-        slip = "sines and cosines are in two halves, but the paper interleaves them"
-    else:
-        slip = "sin goes to the even columns, cos to the odd ones, positions from 0"
-    raise CheckFailure(
-        f"{case.what}: PE[0] should be (sin 0, cos 0, sin 0, ...) = (0, 1, 0, 1, ...); "
-        f"{slip} (the property violated: the first row of the formula).",
-        TABLE_HINT,
-    )
+def _table(max_len: int, d_model: int) -> torch.Tensor:
+    return sinusoid_table(max_len, d_model, torch.float32)
+
+
+FORMULA = "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(...)"
+TABLE_MISTAKES = (  # each a wrong table, in the reference's form
+    Mistake("sin and cos swapped (sin in the odd columns)", FORMULA,
+            lambda max_len, d_model: _table(max_len, d_model).unflatten(-1, (-1, 2)).flip(-1)
+            .flatten(-2)),
+    Mistake("positions counted from 1, not 0", "positions 0 to max_len - 1",
+            lambda max_len, d_model: _table(max_len + 1, d_model)[1:]),
+    Mistake("sines and cosines in two halves (the paper interleaves them)", FORMULA,
+            lambda max_len, d_model: torch.cat([_table(max_len, d_model)[:, i::2] for i in (0, 1)],
+                                               -1)),
+    Mistake("a table of all zeros", FORMULA, lambda max_len, d_model: torch.zeros(max_len, d_model)),
+)  # fmt: skip
 
 
 def _rows_close(got: Any, expected: torch.Tensor, what: str, hint: str = TABLE_HINT) -> None:
@@ -169,13 +160,13 @@ sinusoidal_table = check(
         params=("max_len", "d_model"),
         forms=(POSITIONAL,),
         hint=TABLE_HINT,
-        reference=lambda max_len, d_model: sinusoid_table(max_len, d_model, torch.float32),
+        reference=_table,
+        mistakes=TABLE_MISTAKES,
         cases=lambda: [
             Case(f"a ({n}, {d}) table", {"max_len": n, "d_model": d}, device=False)
             for n, d in ((7, 6), (1, 4), (50, 16), (101, 64))
         ],
         properties=(
-            Property("PE[0] = (0, 1, 0, 1, ...)", _first_row),
             Property(
                 "long tables, as float32 allows",
                 _long_judge,
