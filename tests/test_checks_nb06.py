@@ -578,7 +578,7 @@ EVALUATION_FAMILIES = {
         evaluate_factory(set_eval="attribute"),
         "eval mode, in every sub-module",
     ),
-    "no gradient recorded": (evaluate_factory(no_grad=False), "no gradient where"),
+    "no gradient recorded": (evaluate_factory(no_grad=False), "no gradient recorded"),
 }
 
 
@@ -600,7 +600,7 @@ def test_evaluate_train_mode_left_is_named():
     result = check.evaluate_accuracy(
         evaluate_factory(restore_train_mode=True), raise_on_failure=False
     )
-    assert "leaves the model in eval mode" in result.message
+    assert result.mistake == "the model put back in training mode", result.message
 
 
 def test_exported_versions_in_course_nn_pass():

@@ -24,7 +24,6 @@ import torch
 import transformers
 from torch import nn
 
-from course import properties as prop
 from course.check import CheckFailure, expect
 from course.domains import Numbers
 from course.properties import generator, modes, seeded
@@ -565,67 +564,57 @@ def _evaluation(inputs: dict) -> list[dict]:
     return [dict(inputs, model=model, loader=loader)]
 
 
-def _accuracy(model, loader, device) -> float:  # noqa: ANN001
-    """The text's accuracy: correct predictions over labelled positions, the whole loader."""
+def _accuracy(model, loader, device, *, mistake: str = "") -> float:  # noqa: ANN001
+    """The text's accuracy: correct predictions over labelled positions, the whole loader;
+    ``mistake``: one of :data:`EVAL_MISTAKES`' departures from it."""
     model.eval()
-    correct = total = 0
+    counts = []
     with torch.no_grad():
         for batch in loader:
             batch = {key: value.to(device) for key, value in batch.items()}
-            labelled = batch["labels"] != IGNORE_INDEX
+            labelled = (batch["labels"] != IGNORE_INDEX) | (mistake == "ignored")
             predictions = model(**batch).logits.argmax(dim=-1)
-            correct += int((predictions == batch["labels"])[labelled].sum())
-            total += int(labelled.sum())
-    return correct / total
+            right = int((predictions == batch["labels"])[labelled].sum())
+            counts.append((right, int(labelled.sum())))
+    if mistake == "train":
+        model.train()
+    if mistake == "means":
+        return sum(r / n for r, n in counts) / len(counts)
+    return sum(r for r, _ in counts) / sum(n for _, n in counts) * (100 if mistake == "%" else 1)
 
 
-def _judge_evaluation(case: Case, got: list, expected: list, seen: Any) -> None:
-    """Eval mode and no gradient at every forward pass, eval mode left behind, the weights
-    untouched, then the accuracy (a percentage or a mean of batch means named as such)."""
-    ((mine, ours),) = zip(got, expected, strict=True)
-    what = case.what
-    expect(bool(mine["forwards"]), f"{what}: evaluate_accuracy never called the model.")
-    for flags, grad in mine["forwards"]:
+LEAVE = "switch the model to evaluation mode (dropout off) and leave it there"
+EVAL_MISTAKES = tuple(  # (name, the text's words it breaks, _accuracy's mistake)
+    Mistake(name, breaks, functools.partial(_accuracy, mistake=kind))
+    for name, breaks, kind in (
+        ("a percentage, not a fraction", "return the fraction predicted correctly", "%"),
+        ("the mean of per-batch accuracies", "count over the whole loader", "means"),
+        ("the positions labelled -100 counted", "ignore positions labelled -100", "ignored"),
+        ("the model put back in training mode", LEAVE, "train"),
+    )
+)
+
+
+def _forwards_in_eval(case: Case, got: list, expected: list, seen: Any) -> None:
+    """Dropout off in every sub-module at every forward pass (argmax may hide it)."""
+    for flags, _ in got[0]["forwards"]:
         on = _first_off(flags, False)
         expect(
             on is None,
-            f"{what}: during a forward pass `{on}` was in training mode, so dropout made the "
-            "predictions random. The property violated: eval mode, in every sub-module.",
+            f"{case.what}: during a forward pass `{on}` was in training mode, so dropout made "
+            "the predictions random",
             "The model arrives in training mode (as after a training step). Each sub-module has "
             "its own `training` flag: see what nn.Module.eval() does.",
         )
-        expect(
-            not grad,
-            f"{what}: gradients were being recorded during a forward pass (memory and time "
-            "wasted). The property violated: no gradient where the contract says none.",
-            "Evaluation never calls backward: torch has a context in which nothing is recorded.",
-        )
-    left_on = _first_off(mine["modes"], False)
+
+
+def _forwards_record_nothing(case: Case, got: list, expected: list, seen: Any) -> None:
+    """No gradient recorded at any forward pass, which no result shows."""
     expect(
-        left_on is None,
-        f"{what}: the model was left with `{left_on}` in training mode; the docstring says "
-        "evaluate_accuracy leaves the model in eval mode.",
-        "Whoever uses the model next (a prediction, a plot) expects eval mode; train_step "
-        "switches back to training mode itself.",
-    )
-    expect(
-        prop.same(mine["parameters"], ours["parameters"]),
-        f"{what}: evaluation changed the model's parameters. The property violated: inputs "
-        "untouched.",
-        "Evaluation reads the model; only training changes its weights.",
-    )
-    result, right, sizes = mine["result"], case.inputs["right"], case.inputs["batches"]
-    note = " (a percentage, not a fraction)" if result == 100 * ours["result"] else ""
-    if right is not None:
-        shares = [r / len(b["labels"]) for r, b in zip(right, sizes, strict=True)]
-        mean = sum(shares) / len(shares)
-        note = " (the mean of per-batch accuracies)" if result == mean else note
-    prop.expect_result(
-        result,
-        ours["result"],
-        f"{what}: the accuracy{note}",
-        "Count correct predictions and labelled positions (labels other than -100) over the "
-        "whole loader, then divide once; the text asks for a Python float.",
+        not any(grad for _, grad in got[0]["forwards"]),
+        f"{case.what}: gradients were being recorded during a forward pass (memory and time "
+        "wasted)",
+        "Evaluation never calls backward: torch has a context in which nothing is recorded.",
     )
 
 
@@ -635,12 +624,17 @@ evaluate_accuracy = check(
         title="evaluation",
         name="evaluate_accuracy",
         params=("model", "loader", "device"),
-        mutable=("model",),  # its mode; its weights are judged untouched (_judge_evaluation)
+        mutable=("model",),  # its mode; its weights are compared as values (watched)
         reference=_accuracy,
+        mistakes=EVAL_MISTAKES,
         cases=_eval_cases,
         calls=_evaluation,
         watch=_watch,
-        properties=(Property("an evaluation", judge=_judge_evaluation),),
+        watched=("modes", "parameters"),  # eval mode left, the weights untouched
+        properties=(
+            Property("eval mode, in every sub-module (dropout off)", _forwards_in_eval),
+            Property("no gradient recorded, as the text says", _forwards_record_nothing),
+        ),
         device=False,  # the batches act as if on another device (course.virtual.unmoved)
         hint="An evaluation observes the model without changing it: think about dropout, about "
         "gradient recording, and about which positions count and how to combine batches.",
