@@ -588,7 +588,7 @@ PROPERTY_CASES = [
     ("split_merge_heads", (split_correct, merge_transposes_in_place), "inputs untouched"),
     ("split_merge_heads", (split_detached, merge_correct), "property violated: gradients"),
     ("split_merge_heads", (split_into_zeros_on_the_cpu, merge_correct), "violated: device"),
-    ("multi_head_attention", (MHAHeadsAndSizeSwapped,), "the number of heads is wrong"),
+    ("multi_head_attention", (MHAHeadsAndSizeSwapped,), "heads of num_heads features"),
     ("multi_head_attention", (MHADropoutZeroMeansDefault,), "violated: training mode"),
     ("multi_head_attention", (MHAKeyDetached,), "no gradient reaches `key`"),
     ("multi_head_attention", (MHADefaultMaskOnTheCpu,), "property violated: device"),

@@ -118,18 +118,6 @@ DROPOUT_HINT = (
 )
 
 
-def _per_head(case: Case, got: Any, expected: Any, seen: Any) -> None:
-    """Multi-head attention returns the weights of every head, (batch, num_heads, Lq, Lk):
-    names a wrong number of heads (heads of num_heads features)."""
-    mine, heads = got[1], expected[1].shape[1]
-    prop.expect(
-        mine.dim() != 4 or mine.shape[1] == heads,
-        f"on {case.what}, the attention weights have {mine.shape[1]} heads on axis 1, but "
-        f"num_heads={heads}: the number of heads is wrong",
-        MHA_HINT,
-    )
-
-
 def _mha(
     b: Build,
     w: dict,
@@ -144,6 +132,7 @@ def _mha(
     """3.2's reference (the text's formula in the inputs' dtype), or with ``wrong`` one of
     :data:`MHA_MISTAKES` (the scores scaled by sqrt(d_model): w_q scaled by 1/sqrt(heads))."""
     heads = b.inputs["num_heads"]
+    heads = b.inputs["d_model"] // heads if wrong == "swapped" else heads
     w = {n: t * heads**-0.5 if n[:3] == "w_q" and wrong == "d_model" else t for n, t in w.items()}
     if mask is not None and wrong in ("mask", "inverted"):
         mask = None if wrong == "mask" else ~mask
@@ -156,6 +145,8 @@ MHA_MISTAKES = tuple(  # (name, the text's words it breaks, _mha's wrong)
     Mistake(name, breaks, functools.partial(_mha, wrong=kind)) for name, breaks, kind in (
         ("scores scaled by sqrt(d_model), not by the size of one head",
          "heads of d_model / num_heads features", "d_model"),
+        ("heads of num_heads features (the number of heads and their size swapped)",
+         "num_heads heads of d_model / num_heads features each", "swapped"),
         ("the weights averaged over the heads", "the per-head weights `(batch, heads, Lq, Lk)`",
          "averaged"),
         ("the mask ignored", "a blocked key gets weight exactly 0 in every head", "mask"),
@@ -326,7 +317,6 @@ multi_head_attention = check(
         output=lambda r: r[0],
         hint=MHA_HINT,
         properties=(
-            Property("num_heads heads of d_model / num_heads features each", _per_head),
             Property(
                 "the attributes the stub keeps (`self.num_heads`, which notebook 09 reads)",
                 _keeps_num_heads,
