@@ -57,6 +57,16 @@ class Case:
     # shape; the spec's properties judge the values). A reference returning None: no comparison.
 
 
+def cases(params: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Case]:
+    """A case table as cases, the one converter: each row is ``(what, a value for each of
+    params in order, then Case's further fields in order: hint, strict, grad, device, compare)``
+    (a row may leave the further fields out, as a Case does)."""
+    n = len(params)
+    return [
+        Case(row[0], dict(zip(params, row[1 : n + 1], strict=True)), *row[n + 1 :]) for row in rows
+    ]
+
+
 @dataclass(frozen=True)
 class Property:
     """A property of the text that the result alone does not show (a blocked key gets exactly 0).

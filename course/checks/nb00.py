@@ -3,11 +3,13 @@ reference is ``torch.softmax`` (CONTRIBUTING's worked example)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from course.domains import Numbers, Tensors
 from course.properties import generator, large_scores
-from course.spec import Case, Mistake, Spec, check
+from course.spec import Case, Mistake, Spec, cases, check
 
 _DIM_HINT = "Use the `dim` argument everywhere (max, sum) instead of a fixed axis."
 _RANGE_HINT = "exp(1000) overflows float32: think about what exp does to large inputs."
@@ -35,32 +37,18 @@ MISTAKES = (  # each a wrong softmax, in the reference's form
 def _cases() -> list[Case]:
     g = generator()
     x = torch.randn(4, 7, generator=g)
-    return [
-        Case("a random (4, 7) tensor along dim=-1", {"x": x, "dim": -1}),
-        Case("a random (4, 7) tensor along dim=0", {"x": x, "dim": 0}, _DIM_HINT),
-        Case("a 1-D tensor", {"x": x[0].clone(), "dim": -1}),
-        Case(
-            "a (2, 3, 5) tensor along dim=1",
-            {"x": torch.randn(2, 3, 5, generator=g), "dim": 1},
-            _DIM_HINT,
-        ),
-        Case(
-            "logits in the thousands (1000, 1001, 1002, ...)",
-            {"x": torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]]), "dim": -1},
-            _RANGE_HINT,
-        ),
-        Case("random scores of size ~1000", {"x": large_scores(3, 6), "dim": -1}, _RANGE_HINT),
-        Case(
-            "a -inf entry (a masked position)",
-            {"x": torch.tensor([[0.5, float("-inf"), 2.0]]), "dim": -1},
-            "exp(-inf) = 0, so a -inf entry must get probability exactly 0.",
-        ),
-        Case(
-            "a float64 tensor",
-            {"x": torch.randn(3, 5, dtype=torch.float64, generator=g), "dim": 1},
-            strict=True,
-        ),
-    ]
+    thousands = torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]])
+    return cases(("x", "dim"), (  # what, x, dim, [hint, strict]
+        ("a random (4, 7) tensor along dim=-1", x, -1),
+        ("a random (4, 7) tensor along dim=0", x, 0, _DIM_HINT),
+        ("a 1-D tensor", x[0].clone(), -1),
+        ("a (2, 3, 5) tensor along dim=1", torch.randn(2, 3, 5, generator=g), 1, _DIM_HINT),
+        ("logits in the thousands (1000, 1001, 1002, ...)", thousands, -1, _RANGE_HINT),
+        ("random scores of size ~1000", large_scores(3, 6), -1, _RANGE_HINT),
+        ("a -inf entry (a masked position)", torch.tensor([[0.5, -math.inf, 2.0]]), -1,
+         "exp(-inf) = 0, so a -inf entry must get probability exactly 0."),
+        ("a float64 tensor", torch.randn(3, 5, dtype=torch.float64, generator=g), 1, None, True),
+    ))  # fmt: skip
 
 
 softmax = check(
