@@ -118,5 +118,7 @@ def answers(check: Any, spec: Any, mistake: Mistake | None) -> tuple:
     """The check's arguments: ``mistake`` in its spec's slot, the references elsewhere."""
     slots = specs_of(check)
     given = tuple(as_student(s, mistake if s is spec else None) for s in slots)
+    if len(slots) == 1 and getattr(spec, "together", False):  # its functions, one per argument
+        given = tuple(given[0])
     wanted = len(inspect.signature(check.body).parameters)
     return given[:wanted]

@@ -485,7 +485,7 @@ MERGE_WRONG = {
     "a copy returned": ((merge_copy, unmerge), "did not return layer.base"),
     "a new trainable parameter": ((merge_new_parameter, unmerge), "base.weight is a new tensor"),
     "unmerge makes a new parameter": ((merge, unmerge_new_parameter), "unmerge left a new tensor as base.weight"),
-    "unmerge does nothing": ((merge, unmerge_nothing), "after unmerge"),
+    "unmerge does nothing": ((merge, unmerge_nothing), "unmerge leaving the merged weight"),
 }
 
 
