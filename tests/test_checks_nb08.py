@@ -519,6 +519,7 @@ def choose_factory(
     strict: bool = False,
     relative: bool = False,
     base_at: float | None = 0.0,
+    rounded: bool = False,
 ):
     """A correct choose_threshold by default; each argument injects one mistake."""
 
@@ -540,6 +541,8 @@ def choose_factory(
 
         def meets(t):
             accuracy = results[t]["in_scope_accuracy"]
+            if rounded:  # within 0.005 of the floor counts as on it
+                return round(accuracy, 2) >= round(floor, 2)
             return accuracy > floor if strict else accuracy >= floor
 
         feasible = [t for t in candidates if meets(t)]
@@ -652,6 +655,7 @@ WRONG_CHOOSERS = {
     "relative_floor": choose_factory(relative=True),
     "stops_at_first_break": choose_factory(pick="first_break"),
     "default_candidates_miss_one": choose_factory(grid=[i / 100 for i in range(100)]),
+    "accuracies_rounded_to_two_decimals": choose_factory(rounded=True),
     "returns_a_tensor": lambda *args, **kwargs: torch.tensor(choose_factory()(*args, **kwargs)),
 }
 
@@ -688,6 +692,7 @@ def test_choose_wrong_rejected(name):
         ("relative_floor", "absolute points"),
         ("stops_at_first_break", "whatever the order"),
         ("default_candidates_miss_one", "both ends included"),
+        ("accuracies_rounded_to_two_decimals", "accuracies rounded to two decimals"),
     ],
 )
 def test_choose_rule_is_named(name, words):

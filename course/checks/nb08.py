@@ -10,6 +10,8 @@ multiples of 0.01), so no answer depends on rounding.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,7 @@ from sklearn.metrics import accuracy_score, precision_score, recall_score
 
 from course import properties as prop
 from course.domains import Tensors
-from course.properties import OneOf, expect, generator
+from course.properties import OneOf, generator
 from course.spec import Case, Mistake, Property, Spec, check
 
 F64 = torch.float64
@@ -243,14 +245,6 @@ DEFAULT_CANDIDATES = [i / 100 for i in range(101)]
 GRID_005 = [i / 20 for i in range(21)]
 RULE_CANDIDATES = [i / 10 for i in range(10, -1, -1)]  # 1.0, 0.9, ..., 0.0: not ascending
 RULE_MAX_DROP = 0.0625
-RULE_MISTAKES = {  # answers that follow another rule than the exercise's, on the rule set
-    0.6: "the budget allows an accuracy of *at least* acc0 - max_drop: a candidate exactly on "
-    "the floor is allowed",
-    0.5: "the budget is in absolute points, acc0 - max_drop, not a relative drop",
-    0.0: "the rule asks for the largest candidate within budget, whatever the order of "
-    "`candidates`",
-    0.99: "the default candidates go from 0.00 to 1.00, both ends included",
-}
 
 
 def _validation_set(
@@ -296,6 +290,15 @@ def _fixed_validation(right: int, confidence: list[float], seed: int) -> tuple:
 RULE_CONFIDENCES = [0.45] * 3 + [0.55] * 3 + [0.65] * 2 + [0.75] * 2 + [0.95] * 118 + [0.35] * 20
 
 
+def _near_edge() -> tuple:
+    """400 in-scope rows, 300 right (acc0 0.75; with max_drop 0.03 the floor is 288 rows): 289
+    right from threshold 0.45 to 0.55, 287 (0.0025 under the floor) from 0.56 to 0.95."""
+    confidence = [0.445] * 11 + [0.555] * 2 + [0.955] * 287 + [0.345] * 100 + [0.345] * 20
+    target = torch.cat([torch.arange(400) % CLASSES, torch.full((20,), CLASSES)])
+    label = torch.cat([target[:300], (target[300:400] + 1) % CLASSES, torch.arange(20) % CLASSES])
+    return _validation_set(torch.tensor(confidence, dtype=F64), label, target, generator(86))
+
+
 def _choose_cases() -> list[Case]:
     sets = {"set A": _random_validation(840), "set B": _random_validation(841)}
     rule, third = _fixed_validation(64, RULE_CONFIDENCES, 84), _random_validation(842)
@@ -316,6 +319,9 @@ def _choose_cases() -> list[Case]:
              candidates=list(RULE_CANDIDATES)),
         case("a validation set where every threshold stays within max_drop (in-scope accuracy "
              "2/128 to begin with), default max_drop and candidates", all_in_budget),
+        case("a validation set where thresholds 0.56 to 0.95 fall 0.0025 under the floor (287 "
+             "in-scope rows right of 400, the floor 288), default max_drop and candidates",
+             _near_edge()),
     ]  # fmt: skip
     randoms = [
         case(
@@ -338,24 +344,6 @@ def _choose_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _rule(case: Case, got: Any, expected: Any, observed: Any) -> None:
-    """A wrong answer that another rule gives is named with that rule, on the case built to
-    separate the rules (its candidates are ``RULE_CANDIDATES``) or, for 1.0 missed by one step,
-    where the default candidates are used."""
-    if not isinstance(got, float) or abs(got - expected) < 1e-6:
-        return
-    candidates, reason = case.inputs.get("candidates"), None
-    if candidates == RULE_CANDIDATES or (candidates is None and expected == 1.0):
-        reason = next((text for v, text in RULE_MISTAKES.items() if abs(got - v) < 1e-6), None)
-    expect(
-        reason is None,
-        f"on {case.what} you chose {got:.3f}, expected {expected:.2f}: {reason} (the property "
-        "violated: the rule of the exercise).",
-        "Use only the validation logits and labels you are given; keep the largest candidate "
-        "within `max_drop` of the accuracy without threshold.",
-    )
-
-
 def _accuracy_rows(
     logits: torch.Tensor, target: torch.Tensor, oos_id: int, threshold: float
 ) -> int:
@@ -370,17 +358,40 @@ def _chosen(
     oos_id: int,
     max_drop: float = 0.03,
     candidates: list[float] | None = None,
+    *,
+    wrong: str = "",
 ) -> float:
     """The exercise's rule, on counts: the largest candidate whose in-scope accuracy is at least
-    the no-threshold one minus ``max_drop``."""
+    the no-threshold one minus ``max_drop``; ``wrong``: one of :data:`CHOOSE_MISTAKES`'."""
     n_in = int((val_target != oos_id).sum())
-    floor = _accuracy_rows(val_logits, val_target, oos_id, 0.0) - max_drop * n_in
-    allowed = [
-        t
-        for t in (candidates if candidates is not None else DEFAULT_CANDIDATES)
-        if _accuracy_rows(val_logits, val_target, oos_id, t) >= floor - 1e-9
-    ]
-    return float(max(allowed, default=0.0))
+    rows = functools.partial(_accuracy_rows, val_logits, val_target, oos_id)
+    floor = rows(0.0) * (1 - max_drop) if wrong == "relative" else rows(0.0) - max_drop * n_in
+
+    def allowed(t: float) -> bool:
+        if wrong == "rounded":
+            return round(rows(t) / n_in, 2) >= round(floor / n_in, 2)
+        return rows(t) > floor + 1e-9 if wrong == "strict" else rows(t) >= floor - 1e-9
+
+    grid = DEFAULT_CANDIDATES[:-1] if wrong == "no 1.00" else DEFAULT_CANDIDATES
+    ordered = candidates if candidates is not None else grid
+    if wrong == "scan":  # in the given order, stopping at the first candidate over budget
+        ordered = list(itertools.takewhile(allowed, ordered))
+    return float(max((t for t in ordered if allowed(t)), default=0.0))
+
+
+CHOOSE_MISTAKES = tuple(  # (name, the text's words it breaks, _chosen's wrong)
+    Mistake(name, breaks, functools.partial(_chosen, wrong=kind)) for name, breaks, kind in (
+        ("a candidate exactly on the floor refused", "accuracy *at least* acc0 - max_drop",
+         "strict"),
+        ("a relative drop, acc0 * (1 - max_drop)", "the budget is in absolute points: "
+         "acc0 - max_drop", "relative"),
+        ("the scan stopped at the first candidate over budget", "the largest candidate within "
+         "budget, whatever the order of `candidates`", "scan"),
+        ("the default candidates without 1.00", "the default candidates go from 0.00 to 1.00, "
+         "both ends included", "no 1.00"),
+        ("accuracies rounded to two decimals", "accuracy *at least* acc0 - max_drop", "rounded"),
+    )
+)  # fmt: skip
 
 
 choose_threshold = check(
@@ -394,8 +405,8 @@ choose_threshold = check(
         mutable=("candidates",),  # the text forbids changing the validation data only
         device=False,  # the text returns a Python float and states no device
         reference=_chosen,
+        mistakes=CHOOSE_MISTAKES,
         cases=_choose_cases,
-        properties=(Property("the rule", _rule),),
         hint="The rule in the exercise: the in-scope accuracy without threshold, minus max_drop, "
         "is the floor; the answer is the largest candidate whose in-scope accuracy reaches it, "
         "measured on the validation data you are given.",
