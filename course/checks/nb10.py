@@ -93,16 +93,23 @@ def _shapes(build: Build) -> dict[str, tuple[int, ...]]:
     return {"lora_A": (r, base.in_features), "lora_B": (base.out_features, r)}
 
 
-def _scale_mistakes(case: Case, state: dict) -> dict[str, torch.Tensor]:
-    """Known wrong formulas with the module's own A and B, on the first build (alpha/r = 2)."""
-    x = case.inputs["x"]
-    if x.shape[-1] != 6:
-        return {}
-    base, update = _linear(6, 5, True, 700)(x), x @ state["lora_A"].T @ state["lora_B"].T
-    return {
-        "the update is scaled by alpha instead of alpha/r": base + 4.0 * update,
-        "the update is not scaled (alpha/r is missing)": base + update,
-    }
+def _scaled_by(
+    build: Build, w: dict, buffers: Any, x: torch.Tensor, *, scale: Callable[[dict], float]
+) -> torch.Tensor:
+    """base(x) + scale * x A^T B^T: the text's formula with another scale (a mistake's). The
+    base is the build's pristine copy where the runner keeps one."""
+    inputs = build.inputs
+    base = inputs.get("pristine", inputs["base"])
+    return base(x) + scale(inputs) * x @ w["lora_A"].T @ w["lora_B"].T
+
+
+LORA_MISTAKES = tuple(
+    spec.Mistake(name, "the scale alpha/r", functools.partial(_scaled_by, scale=scale), HINT)
+    for name, scale in (
+        ("the update scaled by alpha instead of alpha/r", lambda inputs: inputs["alpha"]),
+        ("the update not scaled (alpha/r missing)", lambda inputs: 1.0),
+    )
+)
 
 
 def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
@@ -156,10 +163,8 @@ LORA = spec.ModuleSpec(
     reference=_reference,
     gradients=("x",),
     hint=HINT,
+    mistakes=LORA_MISTAKES,
     properties=(
-        Property(
-            "the scale", **prop.not_a_known_mistake(_scale_mistakes, "the scale alpha/r", HINT)
-        ),
         Property(
             "dropout on the input of A",
             _dropout,

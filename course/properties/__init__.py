@@ -757,25 +757,3 @@ def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Cal
             ) from None
 
     return {"observe": run, "judge": judge}
-
-
-def not_a_known_mistake(
-    mistakes: Callable[[Any, dict], dict[str, torch.Tensor]], violated: str, hint: str | None
-) -> dict:
-    """The result is none of the known wrong formulas ``mistakes(case, state)`` (``{the mistake
-    in words: its value}`` with the module's state dict), which the message names."""
-
-    def watch(module: Any, case: Any, call_: Callable) -> Any:
-        return observe(f"{case.what}: the state dict", lambda: dict(module.state_dict()))
-
-    def judge(case: Any, got: Any, expected: Any, state: dict) -> None:
-        if not isinstance(got, torch.Tensor):
-            return
-        for mistake, value in mistakes(case, state).items():
-            expect(
-                got.shape != value.shape or not torch.allclose(got, value, **tolerance(got.dtype)),
-                f"on {case.what}: {mistake} (the property violated: {violated}).",
-                hint,
-            )
-
-    return {"observe": watch, "judge": judge}
