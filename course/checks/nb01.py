@@ -134,7 +134,7 @@ def _a_tuple(case: Any, got: Any, expected: Any, seen: Any) -> None:
     expect(
         type(got) is tuple,
         f"merge_pair on {case.what} returned {an(type_name(got))}; the exercise text says a "
-        f"tuple: {why} (the property violated: the stated return type).",
+        f"tuple: {why}",
         f"Return a tuple: {why}.",
     )
 
@@ -145,8 +145,7 @@ def _same_counts(case: Any, got: Any, expected: dict, seen: Any) -> None:
     if wrong:
         raise CheckFailure(
             f"count_pairs on {case.what}: {wrong[0]!r} counted {got[wrong[0]]!r} times, expected "
-            f"{expected[wrong[0]]} ({len(wrong)} entries differ; the property violated: the "
-            "counts the exercise text defines).",
+            f"{expected[wrong[0]]} ({len(wrong)} entries differ)",
             COUNT_HINT,
         )
 
@@ -160,7 +159,7 @@ def _same_steps(case: Any, got: Any, expected: list, seen: Any) -> None:
             should = f"should be {expected[step]!r}" if step < len(expected) else "is extra"
             raise CheckFailure(
                 f"learn_bpe on {case.what}: merge {step + 1} {should}, got {mine!r}: "
-                f"{_why(case, step)} (the property violated: the steps the text defines).",
+                f"{_why(case, step)}",
                 LEARN_HINT,
             )
 
@@ -233,8 +232,7 @@ def _no_padding_gradient(case: Any, got: Any, expected: Any, grad: Any) -> None:
         expect(
             bool((grad[row] == 0).all()),
             f"TokenEmbedding on {case.what}: row {row} of `embedding.weight` (the padding row) "
-            "received a gradient; the exercise says it never does (the property violated: no "
-            "gradient where the contract says none).",
+            "received a gradient; the exercise says it never does",
             "nn.Embedding knows which row is padding only if it is told.",
         )
 
@@ -259,7 +257,7 @@ count_pairs = check(
             [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
             + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})]
         ),
-        properties=(Property("pair counts", _same_counts),),
+        properties=(Property("the counts the exercise text defines", _same_counts),),
     )
 )
 
@@ -289,7 +287,7 @@ merge_pair = check(
         cases=lambda: [
             Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p}) for s, p in MERGE_INPUTS
         ],
-        properties=(Property("a tuple", _a_tuple),),
+        properties=(Property("the stated return type", _a_tuple),),
     )
 )
 
@@ -312,7 +310,7 @@ learn_bpe = check(Spec(
         Case("a corpus of one two-letter word, 5 merges asked",
              {"word_freqs": {("a", "b</w>"): 3}, "num_merges": 5, "progress": False}),
     ],
-    properties=(Property("the merges, step by step", _same_steps),),
+    properties=(Property("the steps the text defines", _same_steps),),
 ))  # fmt: skip
 
 ENCODE_WORDS = [
@@ -463,7 +461,7 @@ token_embedding = check(ModuleSpec(
         ("constructor arguments", prop.stated_attributes("TokenEmbedding", _attributes, _stated)),
         ("the initial table", {"judge": _initial_table, "observe": fresh(
             lambda m: m.embedding.weight, "the table after __init__")}),
-        ("no gradient to the padding row",
+        ("no gradient where the contract says none",
          {"judge": _no_padding_gradient, "observe": _padding_gradient}),
         (".double()", prop.follows_double(
             "TokenEmbedding", ("token_ids",), "Keep the table's dtype: avoid hard-coding float32.")),
