@@ -232,13 +232,12 @@ def _dropout_judge(case: Any, got: Any, expected: torch.Tensor, trained: Any) ->
     expect(
         isinstance(trained, torch.Tensor) and trained.shape == expected.shape,
         f"{what}: the output has shape {tuple(getattr(trained, 'shape', ()))}, in eval mode "
-        f"{tuple(expected.shape)} (the property violated: training mode).",
+        f"{tuple(expected.shape)}",
         ENCODING_HINT,
     )
     expect(
         isinstance(trained, torch.Tensor) and not torch.equal(trained, expected),
-        f"{what}: nothing was dropped (the property violated: training mode; dropout acts "
-        "in train mode).",
+        f"{what}: nothing was dropped; dropout acts in train mode",
         ENCODING_HINT,
     )
     if is_dropout_of(trained, expected, p):
@@ -252,8 +251,8 @@ def _dropout_judge(case: Any, got: Any, expected: torch.Tensor, trained: Any) ->
     else:
         mistake = "the output is not x + table[:L] after one dropout of that probability"
     raise CheckFailure(
-        f"{what}: {mistake} (the property violated: training mode); dropout acts on the "
-        "sum: each entry zeroed with probability p, the others scaled by 1/(1-p).",
+        f"{what}: {mistake}; dropout acts on the sum: each entry zeroed with probability p, the "
+        "others scaled by 1/(1-p)",
         ENCODING_HINT,
     )
 
@@ -293,7 +292,7 @@ sinusoidal_encoding = check(
         properties=(
             Property("a non-persistent buffer `pe`", _buffer_judge, _buffers),
             Property(
-                "dropout on the sum",
+                "training mode",  # dropout on the sum, each entry on its own
                 _dropout_judge,
                 _in_train,
                 applies=lambda c: c.inputs["x"].shape[-1] == 6,
@@ -471,7 +470,7 @@ def _relative(case: Any, got: Any, expected: Any, rotated: list[Any]) -> None:
         torch.allclose(scores[1:, 1:], scores[:-1, :-1], **tolerance(scores.dtype)),
         f"score({m + 1}, {n + 1}) = {scores[m + 1, n + 1].item():.6g} differs from score({m}, "
         f"{n}) = {scores[m, n].item():.6g} for one query and one key placed at every pair of "
-        "positions 0..11 (the property violated: the score depends only on m - n).",
+        "positions 0..11",
         ROPE_HINT,
     )
 
