@@ -174,13 +174,13 @@ def _device_judge(case: Case, got: Any, expected: Any, seen: list) -> None:
         error = observed.get("error")
         prop.expect(
             error is None,
-            f"{what}: your code failed with {error} (the property violated: device).",
+            f"{what}: your code failed with {error}",
             CAUSAL_HINT,
         )
         prop.expect(
             all(d == "virtual" for d in observed.get("devices") or []),
-            f"{what}: the mask came back on the CPU: the device argument is ignored (the "
-            "property violated: device). On a GPU, masking a GPU tensor with it fails.",
+            f"{what}: the mask came back on the CPU: the device argument is ignored; on a GPU, "
+            "masking a GPU tensor with it fails",
             CAUSAL_HINT,
         )
 
@@ -193,7 +193,7 @@ make_causal_mask = check(Spec(
     cases=lambda: [Case(f"length {n}", {"length": n, "device": d}, device=False)
                    for n, d in ((1, None), (4, None), (7, None), (5, "cpu"))],
     hint=CAUSAL_HINT,
-    properties=(Property("the device argument", _device_judge, _on_devices),),
+    properties=(Property("device", _device_judge, _on_devices),),
 ))  # fmt: skip
 
 

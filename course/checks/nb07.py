@@ -84,8 +84,7 @@ def _token_labels(case: Case, got: Any, expected: torch.Tensor, seen: Any) -> No
     else:
         hint = "The tag of a token's word is found through that token's word id (from 0)."
     raise CheckFailure(
-        f"{what}: row {row}, token position {col} ({place}) got label {mine}, expected {ref} "
-        "(the property violated: one label per word, on its first piece).",
+        f"{what}: row {row}, token position {col} ({place}) got label {mine}, expected {ref}",
         hint,
     )
 
@@ -183,7 +182,7 @@ align_labels_spec = Spec(
                 lambda: dict(case.inputs["encoding"]),
             ),
         ),
-        Property("one label per token: the first piece's", _token_labels),
+        Property("one label per word, on its first piece", _token_labels),
     ),
     hint="The encoding knows which word every token comes from (see the text of the exercise); "
     "a token is labelled only when it is the first piece of its word.",

@@ -134,7 +134,7 @@ def _dropout(case: Case, got: Any, expected: Any, out: Any) -> None:
         mistake = "dropout is applied to the whole output; the base layer's path is never dropped"
     elif statistics.is_dropout_of(update * 2, full - clean, 0.5):
         mistake = "dropout is applied to the update after B; the text puts it on the input of A"
-    raise prop.CheckFailure(f"{what}: {mistake} (the property violated: dropout).", HINT)
+    raise prop.CheckFailure(f"{what}: {mistake}", HINT)
 
 
 def _in_train(module: Any, case: Case, call: Any) -> Any:
@@ -166,7 +166,7 @@ LORA = spec.ModuleSpec(
     mistakes=LORA_MISTAKES,
     properties=(
         Property(
-            "dropout on the input of A",
+            "dropout",  # on the input of A
             _dropout,
             _in_train,
             applies=lambda case: len(case.inputs["x"]) == 512,
