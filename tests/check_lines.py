@@ -10,7 +10,9 @@
   statements name (one level deep: what *they* name is not followed), the runner's own types
   (``course.spec``: Spec, Case, Mistake, ...) excluded, as every check names them.
 
-With ``--rev`` the files are read at that git commit (a before/after comparison).
+With ``--rev`` the files are read at that git commit (a before/after comparison). A markdown
+file in place of the module (``CONTRIBUTING.md softmax``) is measured by its first Python block
+under "## Checks": the worked example, whose own lines are what adding an exercise took.
 """
 
 from __future__ import annotations
@@ -102,8 +104,19 @@ def _definition_lines(module: str, name: str, rev: str | None) -> int:
     return 0
 
 
+def _worked_example(path: str, rev: str | None) -> str | None:
+    """The first Python block under "## Checks" of a markdown file."""
+    text = _source(path, rev)
+    section = text.split("## Checks", 1)[-1] if text else ""
+    block = section.split("```python\n", 1)[1:]
+    return block[0].split("```", 1)[0] if block else None
+
+
 def measure(module: str, check: str, rev: str | None = None) -> tuple[int, int]:
-    text = _source(f"course/checks/{module}.py", rev)
+    if module.endswith(".md"):
+        text = _worked_example(module, rev)
+    else:
+        text = _source(f"course/checks/{module}.py", rev)
     if text is None:
         raise SystemExit(f"no course/checks/{module}.py at {rev or 'the work tree'}")
     tree = ast.parse(text)

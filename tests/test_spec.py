@@ -20,7 +20,7 @@ from course.check import probe, replay
 from course.domains import Numbers, Tensors
 from course.observe import Foreign, decode, encode, to_plain
 from course.properties import generator
-from course.spec import Case, Mistake, Spec, check
+from course.spec import Case, Mistake, Spec, cases, check
 from course.virtual import DeviceMixed, run_on_virtual
 from tests.mistakes import function_of
 
@@ -75,7 +75,7 @@ def _worked_examples() -> dict[str, str]:
 def test_the_documented_worked_example_runs_through_probe_and_replay(where: str) -> None:
     """Copied as written, the example grades a right answer as passed and a wrong one as
     failed through the probe (the student's process) and the replay (the grader's)."""
-    namespace = {"torch": torch, "Case": Case, "Spec": Spec, "check": check, "generator": generator}
+    namespace = {"torch": torch, "cases": cases, "Spec": Spec, "check": check, "generator": generator}
     namespace |= {"Numbers": Numbers, "Tensors": Tensors, "Mistake": Mistake}
     exec(_worked_examples()[where], namespace)  # noqa: S102 - the documentation's own code
     documented = namespace["softmax"]
