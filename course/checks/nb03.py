@@ -177,6 +177,7 @@ def _dropout_judge(case: Case, got: Any, expected: Any, seen: dict[str, Any]) ->
     """Multi-head attention's dropout (0.3, 2 heads), in training mode: it acts on the attention
     weights before they multiply V (recovered from the output: undo ``w_o``, split the heads,
     solve against each head's values), and the weights returned are those before."""
+    # a judge, not mistakes: a dropout result is random, so no value comparison says where it acted
     if got[1].shape != expected[1].shape or got[0].shape != expected[0].shape:
         return  # the shape speaks for itself
     (out_e, w_e), (out_t, w_t) = seen["eval"], seen["train"]
