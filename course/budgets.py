@@ -425,6 +425,14 @@ BENCH_RUNS: list[dict] = [
         "just before it fading; nothing else running)",
         "output": "docs/bench/2026-11-27-float32.json",
     },
+    {
+        "when": "2026-11-28",
+        "where": "a 2-core x86-64 virtual machine (Intel Xeon at 2.80GHz, no native bf16), torch 2.13.0",
+        "command": "make bench JSON=docs/bench/2026-11-28-float32.json",
+        "load": "otherwise idle (the load average before the run still falling from a job stopped "
+        "just before it), at commit e9c0675",
+        "output": "docs/bench/2026-11-28-float32.json",
+    },
 ]
 
 
