@@ -586,23 +586,20 @@ def test_written_answers_reach_the_instructor(graded_scenarios):
 @pytest.mark.slow
 @pytest.mark.parametrize("student", ["colab", "renamed"])  # no cell ids; three renamed files
 def test_progress_gives_the_same_verdicts_on_the_same_folders(graded_scenarios, student):
+    # progress() in this process: what `make progress` prints (its command line, the pinned
+    # copy and the setup check are run by test_make_progress_on_every_notebook and the tests
+    # after it, and by every layout of .ci/layouts.py).
     subs, _, graded = graded_scenarios
-    done = subprocess.run(
-        [sys.executable, "-m", "course.classroom", "progress", "--dir", str(subs / student)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    table = classroom.progress(subs / student)[2]
     rows = {
         line.split()[1]: line.split()[2]
-        for line in done.stdout.splitlines()
+        for line in table.splitlines()
         if line[:2].isdigit() and len(line.split()) > 2
     }
     icons = {PASSED: "✅", NOT_IMPLEMENTED: "⏳"}
-    assert rows == {r.exercise: icons.get(r.status, "❌") for r in graded[student]}, done.stdout
+    assert rows == {r.exercise: icons.get(r.status, "❌") for r in graded[student]}, table
     passed = sum(r.passed for r in graded[student])
-    assert done.stdout.strip().endswith(f"passed: {passed} of {len(graded[student])} exercises")
+    assert table.strip().endswith(f"passed: {passed} of {len(graded[student])} exercises")
 
 
 @pytest.mark.slow
@@ -725,12 +722,18 @@ def _checkout_copy(where: Path, notebooks: list[str]) -> Path:
     return where
 
 
+# The copy's `.venv` is this checkout's venv: make must never run `setup` there, whose
+# `pip install -e .` would point that venv's editable install at the copy (its stamp may be
+# older than the copy's requirements.txt, as after a fresh clone).
+KEEP_VENV = ("-o", ".venv/.installed", "TORCH=")
+
+
 def _make(checkout: Path, where: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     """``make -C checkout ARGS`` typed in ``where`` (a shell sets PWD there), with LC_ALL=C."""
     env = {k: v for k, v in os.environ.items() if k != "COURSE_GRADING_RESTORE"}
     env.update(LC_ALL="C", PWD=str(where))
     return subprocess.run(
-        ["make", "-s", "-C", str(checkout), *args],
+        ["make", "-s", "-C", str(checkout), *KEEP_VENV, *args],
         cwd=where,
         env=env,
         capture_output=True,
@@ -768,7 +771,8 @@ def test_an_instructors_edit_while_grading_is_kept_and_changes_no_row(tmp_path):
     # make grade; the instructor edits a check and adds a file once the run has started.
     env = {k: v for k, v in os.environ.items() if k != "COURSE_GRADING_RESTORE"}
     env.update(LC_ALL="C", PWD=str(checkout))
-    command = ["make", "-s", "-C", str(checkout), "grade", f"SUBMISSIONS={klass}", f"OUT={out}"]
+    command = ["make", "-s", "-C", str(checkout), *KEEP_VENV, "grade"]
+    command += [f"SUBMISSIONS={klass}", f"OUT={out}"]
     with subprocess.Popen(
         command, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         encoding="utf-8", errors="replace",
