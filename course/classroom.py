@@ -88,6 +88,15 @@ def _grade_one(call: tuple) -> list[ExerciseResult]:
     )
 
 
+def _start_worker() -> None:
+    """A forked worker is a grading process of its own: it chooses its own boundary. In the uid
+    mode that is a student uid of its own (from its pid): a run's clean-up kills every process
+    of its uid, so two notebooks graded at once must never share one."""
+    from course.grading import sandbox
+
+    sandbox.choose.cache_clear()
+
+
 def _run_calls(
     calls: list[tuple], jobs: int, done: Callable[[int, list[ExerciseResult]], None]
 ) -> None:
@@ -103,7 +112,9 @@ def _run_calls(
     # never read the course from disk (a spawned worker would import them anew: 5-10 s of CPU).
     grading.trusted_checks()
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(calls)), mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(calls)), mp_context=context, initializer=_start_worker
+    ) as pool:
         futures = {pool.submit(_grade_one, call): i for i, call in enumerate(calls)}
         for future in as_completed(futures):
             done(futures[future], future.result())
