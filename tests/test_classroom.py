@@ -380,6 +380,34 @@ def test_gradescope_archive_layout(tmp_path):
     assert {"notebooks/00_welcome.ipynb", "notebooks/03_multi_head_attention.ipynb"} <= names
 
 
+def _worker_uid(call: tuple) -> list:
+    from course.grading import sandbox
+
+    return [(os.getpid(), sandbox.choose().kind, sandbox.choose().uid)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid mode is a root grader's")
+def test_each_forked_worker_runs_its_students_as_a_uid_of_its_own(monkeypatch):
+    # Without bubblewrap a root grader runs students as a uid per grading process, and a run's
+    # clean-up kills every process of that uid: two workers must never share one.
+    from course.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap", lambda: None)
+    monkeypatch.delenv(sandbox.UID_ENV, raising=False)
+    monkeypatch.delenv(sandbox.SANDBOX_ENV, raising=False)
+    sandbox.choose.cache_clear()
+    parent = sandbox.choose()  # cached here, as the setup check leaves it
+    monkeypatch.setattr(classroom, "_grade_one", _worker_uid)
+    seen = []
+    try:
+        classroom._run_calls([()] * 6, 2, lambda i, rows: seen.extend(rows))
+    finally:
+        sandbox.choose.cache_clear()
+    assert parent.kind == "uid" and len(seen) == 6
+    for pid, kind, uid in seen:
+        assert (kind, uid) == ("uid", 100000 + pid % 100000) and uid != parent.uid, seen
+
+
 def test_gradescope_setup_updates_apt_first_and_takes_cpu_torch(tmp_path):
     archive = classroom.build_gradescope(tmp_path / "autograder.zip", only=["00"])
     with zipfile.ZipFile(archive) as zipped:
