@@ -53,7 +53,7 @@ check-notebooks: setup ## Every solution notebook top to bottom under nbval (the
 	$(BIN)/python -m pytest solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
 
 check-grading: setup ## The slow end-to-end grading tests: whole submissions graded, progress on full notebooks
-	$(BIN)/python -m pytest tests -m slow -p no:cacheprovider
+	$(BIN)/python -m pytest tests -m slow -p no:cacheprovider --durations=20
 
 check-samples: setup ## Run notebooks 06-10 as a laptop with no network and no data would: on the bundled samples
 	env -u COURSE_DATA_MIRROR COURSE_OFFLINE=1 HF_HUB_OFFLINE=1 COURSE_DATA_DIR="$$(mktemp -d)" \

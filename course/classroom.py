@@ -88,8 +88,13 @@ def _grade_one(call: tuple) -> list[ExerciseResult]:
     )
 
 
-def _start_worker(snapshot: dict[str, bytes]) -> None:
-    grading.trusted_checks(snapshot)
+def _start_worker() -> None:
+    """A forked worker is a grading process of its own: it chooses its own boundary. In the uid
+    mode that is a student uid of its own (from its pid): a run's clean-up kills every process
+    of its uid, so two notebooks graded at once must never share one."""
+    from course.grading import sandbox
+
+    sandbox.choose.cache_clear()
 
 
 def _run_calls(
@@ -102,15 +107,13 @@ def _run_calls(
         for index, call in enumerate(calls):
             done(index, _grade_one(call))
         return
-    # The grader's course tree as it is now, before any student process starts: each worker
-    # imports its trusted checks only once the disk matches it (course.grading.trusted_checks).
-    snapshot = grading.snapshot()
-    context = multiprocessing.get_context("spawn")
+    # The workers are forked from this process once its trusted checks are imported, all at the
+    # first submit (before any student process of theirs starts): they inherit those modules and
+    # never read the course from disk (a spawned worker would import them anew: 5-10 s of CPU).
+    grading.trusted_checks()
+    context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(calls)),
-        mp_context=context,
-        initializer=_start_worker,
-        initargs=(snapshot,),
+        max_workers=min(jobs, len(calls)), mp_context=context, initializer=_start_worker
     ) as pool:
         futures = {pool.submit(_grade_one, call): i for i, call in enumerate(calls)}
         for future in as_completed(futures):

@@ -36,3 +36,11 @@ def fresh_models(monkeypatch):
     monkeypatch.setattr(models, "_hub_state", {})
     monkeypatch.setattr(models, "_hub_tokenizers", set())
     monkeypatch.setattr(models, "is_cached", lambda name: False)  # same result on any machine
+
+
+@pytest.fixture(scope="session")
+def hostile_class(tmp_path_factory):
+    """The session's one class of notebook-00 hand-ins, graded once (tests/hostile.py)."""
+    from tests import hostile
+
+    return hostile.grade(tmp_path_factory.mktemp("hostile"))

@@ -380,6 +380,34 @@ def test_gradescope_archive_layout(tmp_path):
     assert {"notebooks/00_welcome.ipynb", "notebooks/03_multi_head_attention.ipynb"} <= names
 
 
+def _worker_uid(call: tuple) -> list:
+    from course.grading import sandbox
+
+    return [(os.getpid(), sandbox.choose().kind, sandbox.choose().uid)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid mode is a root grader's")
+def test_each_forked_worker_runs_its_students_as_a_uid_of_its_own(monkeypatch):
+    # Without bubblewrap a root grader runs students as a uid per grading process, and a run's
+    # clean-up kills every process of that uid: two workers must never share one.
+    from course.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap", lambda: None)
+    monkeypatch.delenv(sandbox.UID_ENV, raising=False)
+    monkeypatch.delenv(sandbox.SANDBOX_ENV, raising=False)
+    sandbox.choose.cache_clear()
+    parent = sandbox.choose()  # cached here, as the setup check leaves it
+    monkeypatch.setattr(classroom, "_grade_one", _worker_uid)
+    seen = []
+    try:
+        classroom._run_calls([()] * 6, 2, lambda i, rows: seen.extend(rows))
+    finally:
+        sandbox.choose.cache_clear()
+    assert parent.kind == "uid" and len(seen) == 6
+    for pid, kind, uid in seen:
+        assert (kind, uid) == ("uid", 100000 + pid % 100000) and uid != parent.uid, seen
+
+
 def test_gradescope_setup_updates_apt_first_and_takes_cpu_torch(tmp_path):
     archive = classroom.build_gradescope(tmp_path / "autograder.zip", only=["00"])
     with zipfile.ZipFile(archive) as zipped:
@@ -586,23 +614,20 @@ def test_written_answers_reach_the_instructor(graded_scenarios):
 @pytest.mark.slow
 @pytest.mark.parametrize("student", ["colab", "renamed"])  # no cell ids; three renamed files
 def test_progress_gives_the_same_verdicts_on_the_same_folders(graded_scenarios, student):
+    # progress() in this process: what `make progress` prints (its command line, the pinned
+    # copy and the setup check are run by test_make_progress_on_every_notebook and the tests
+    # after it, and by every layout of .ci/layouts.py).
     subs, _, graded = graded_scenarios
-    done = subprocess.run(
-        [sys.executable, "-m", "course.classroom", "progress", "--dir", str(subs / student)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    table = classroom.progress(subs / student)[2]
     rows = {
         line.split()[1]: line.split()[2]
-        for line in done.stdout.splitlines()
+        for line in table.splitlines()
         if line[:2].isdigit() and len(line.split()) > 2
     }
     icons = {PASSED: "✅", NOT_IMPLEMENTED: "⏳"}
-    assert rows == {r.exercise: icons.get(r.status, "❌") for r in graded[student]}, done.stdout
+    assert rows == {r.exercise: icons.get(r.status, "❌") for r in graded[student]}, table
     passed = sum(r.passed for r in graded[student])
-    assert done.stdout.strip().endswith(f"passed: {passed} of {len(graded[student])} exercises")
+    assert table.strip().endswith(f"passed: {passed} of {len(graded[student])} exercises")
 
 
 @pytest.mark.slow
@@ -725,12 +750,18 @@ def _checkout_copy(where: Path, notebooks: list[str]) -> Path:
     return where
 
 
+# The copy's `.venv` is this checkout's venv: make must never run `setup` there, whose
+# `pip install -e .` would point that venv's editable install at the copy (its stamp may be
+# older than the copy's requirements.txt, as after a fresh clone).
+KEEP_VENV = ("-o", ".venv/.installed", "TORCH=")
+
+
 def _make(checkout: Path, where: Path, *args: str, **kw) -> subprocess.CompletedProcess:
     """``make -C checkout ARGS`` typed in ``where`` (a shell sets PWD there), with LC_ALL=C."""
     env = {k: v for k, v in os.environ.items() if k != "COURSE_GRADING_RESTORE"}
     env.update(LC_ALL="C", PWD=str(where))
     return subprocess.run(
-        ["make", "-s", "-C", str(checkout), *args],
+        ["make", "-s", "-C", str(checkout), *KEEP_VENV, *args],
         cwd=where,
         env=env,
         capture_output=True,
@@ -768,7 +799,8 @@ def test_an_instructors_edit_while_grading_is_kept_and_changes_no_row(tmp_path):
     # make grade; the instructor edits a check and adds a file once the run has started.
     env = {k: v for k, v in os.environ.items() if k != "COURSE_GRADING_RESTORE"}
     env.update(LC_ALL="C", PWD=str(checkout))
-    command = ["make", "-s", "-C", str(checkout), "grade", f"SUBMISSIONS={klass}", f"OUT={out}"]
+    command = ["make", "-s", "-C", str(checkout), *KEEP_VENV, "grade"]
+    command += [f"SUBMISSIONS={klass}", f"OUT={out}"]
     with subprocess.Popen(
         command, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         encoding="utf-8", errors="replace",

@@ -1,11 +1,13 @@
 """Attacks on the grader's operating system, each a hand-in graded beside two honest
 classmates, the way an instructor grades: ``python -m course.classroom grade`` in a subprocess,
 from a copy of the checkout (``course/``, one template, the samples) that stands for the
-grader's, with the grader's temp folder, OUT and checkout named to the attacks in
-``COURSE_FORGERY_*`` variables (tests/fixtures/forgeries/make_forgeries.py, ``ATTACKS``).
+grader's. Each attack (tests/fixtures/forgeries/make_forgeries.py, ``ATTACKS``) reads its targets
+from ``COURSE_FORGERY_*`` variables, which the student's environment (an allow-list) never holds:
+the grader's temp folder, templates, checkout and OUT are written into each attack's notebook
+instead (:func:`tests.hostile.aimed`), as an attacker who guessed or searched them would.
 
-For every attack: it scores 0 (or an honest error), the classmates' grades are those they get
-alone, every grade is written, the checkout copy and OUT are unchanged afterwards (OUT's
+For every attack: it scores 0 (or an honest error), the classmates' rows are those they get
+alone (0.1 right: 1 point; 0.1 wrong: 0; nothing flagged), every grade is written, the checkout copy and OUT are unchanged afterwards (OUT's
 manifest verifies), and no process of the run is left. The Gradescope stand-in runs
 ``run_autograder`` as this user (root in CI and containers) against the late rewrite and
 write-then-kill. Skipped where no sandbox is possible (course/grading/sandbox.py says why).
@@ -27,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from course.grading import sandbox
+from tests.hostile import aimed
 
 ROOT = Path(__file__).resolve().parents[1]
 FORGERIES = ROOT / "tests" / "fixtures" / "forgeries"
@@ -90,6 +93,17 @@ def _honest_wrong(path: Path) -> Path:
     return path
 
 
+def _targets(checkout: Path, out: Path, grader_tmp: Path) -> dict[str, str]:
+    """Where the class attacks strike: the grader's temp folder, templates, checkout and OUT."""
+    return {
+        "COURSE_FORGERY_TMPDIR": str(grader_tmp),
+        "COURSE_FORGERY_TEMPLATES": str(checkout / "notebooks"),
+        "COURSE_FORGERY_REPO": str(checkout),
+        "COURSE_FORGERY_OUT": str(out),
+        "COURSE_FORGERY_PIPES": "1",
+    }
+
+
 def _grade(checkout: Path, submissions: Path, out: Path, grader_tmp: Path) -> dict:
     grader_tmp.mkdir(exist_ok=True)
     env = {
@@ -97,11 +111,6 @@ def _grade(checkout: Path, submissions: Path, out: Path, grader_tmp: Path) -> di
         "PYTHONPATH": str(checkout),
         "PYTHONDONTWRITEBYTECODE": "1",  # the grader's own bytecode would change the checkout
         "TMPDIR": str(grader_tmp),
-        "COURSE_FORGERY_TMPDIR": str(grader_tmp),
-        "COURSE_FORGERY_TEMPLATES": str(checkout / "notebooks"),
-        "COURSE_FORGERY_REPO": str(checkout),
-        "COURSE_FORGERY_OUT": str(out),
-        "COURSE_FORGERY_PIPES": "1",
         "PWD": str(checkout),
     }
     command = [sys.executable, "-m", "course.classroom", "grade", "--submissions"]
@@ -126,24 +135,28 @@ def _grade(checkout: Path, submissions: Path, out: Path, grader_tmp: Path) -> di
     return {"done": done, "rows": rows, "verify": verified, "seconds": seconds}
 
 
+# The honest pair's rows as they are alone: 0.1 right earns its point, 0.1 wrong none, and
+# neither is flagged (grades.csv's columns for notebook 00: 0.1, then written question 0.2).
+ALONE = {
+    "honest_a": {"student": "honest_a", "0.1": "1", "0.2": "", "total": "1", "flags": ""},
+    "honest_b": {"student": "honest_b", "0.1": "0", "0.2": "", "total": "0", "flags": ""},
+}
+
+
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
-    """The honest pair graded alone, then with every attacker of the class beside them."""
+    """The honest pair graded with every attacker of the class beside them."""
     base = tmp_path_factory.mktemp("attacks")
     checkout = _checkout(base / "checkout")
-    honest = base / "honest"
-    _honest_wrong(honest / "honest_b" / WELCOME)
-    (honest / "honest_a").mkdir()
-    shutil.copy(HONEST, honest / "honest_a" / WELCOME)
-    alone = _grade(checkout, honest, base / "out-alone", base / "tmp-alone")
     everyone = base / "class"
-    shutil.copytree(honest, everyone)
+    _honest_wrong(everyone / "honest_b" / WELCOME)
+    (everyone / "honest_a").mkdir()
+    shutil.copy(HONEST, everyone / "honest_a" / WELCOME)
+    targets = _targets(checkout, base / "out", base / "tmp")
     for name in CLASS_ATTACKS:
-        (everyone / name).mkdir()
-        shutil.copy(FORGERIES / f"{name}.ipynb", everyone / name / WELCOME)
+        aimed(FORGERIES / f"{name}.ipynb", targets, everyone / name / WELCOME)
     before = _tree(checkout)
     graded = _grade(checkout, everyone, base / "out", base / "tmp")
-    graded["alone"] = alone
     graded["checkout before"], graded["checkout after"] = before, _tree(checkout)
     graded["out"] = base / "out"
     return graded
@@ -163,10 +176,8 @@ def test_the_attack_scores_zero(attacked, attack):
 
 
 def test_classmates_grades_do_not_move(attacked):
-    alone = attacked["alone"]["rows"]
-    assert alone["honest_a"]["0.1"] == "1" and alone["honest_b"]["0.1"] == "0"
     for student in ("honest_a", "honest_b"):
-        assert attacked["rows"][student] == alone[student]
+        assert attacked["rows"][student] == ALONE[student]
 
 
 def test_the_checkout_is_unchanged(attacked):
@@ -217,8 +228,8 @@ def test_gradescope_results_json_is_written_by_the_grader_last(tmp_path, attack)
         zipped.extractall(root / "source")
     runner = root / "source" / "run_autograder"
     runner.chmod(0o755)
-    (root / "submission").mkdir(parents=True)
-    shutil.copy(FORGERIES / f"{attack}.ipynb", root / "submission" / WELCOME)
+    root_aimed = {"COURSE_AUTOGRADER_ROOT": str(root)}
+    aimed(FORGERIES / f"{attack}.ipynb", root_aimed, root / "submission" / WELCOME)
     env = dict(
         os.environ,
         COURSE_AUTOGRADER_ROOT=str(root),

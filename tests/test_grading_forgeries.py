@@ -9,6 +9,10 @@ no-ops, writing the record file directly, killing the kernel, killing its parent
 analysis); ``rewrite_disk`` appends a fake check to the grader's ``course/checks/nb00.py`` and is
 graded before a blank notebook, against a copy of the course (so the test never writes to the
 repository).
+
+Every forgery but ``rewrite_disk``, and every reach into the check or the probe below, is a
+hand-in of the session's one class of notebook-00 hand-ins (tests/hostile.py), graded once
+beside its honest control: "held" and "nothing ran" look alike otherwise.
 """
 
 from __future__ import annotations
@@ -18,53 +22,52 @@ import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from course import grading
 from course.grading import kernel, sandbox
+from tests import hostile
+from tests.hostile import WELCOME
 
 ROOT = Path(__file__).resolve().parents[1]
 FORGERIES = ROOT / "tests" / "fixtures" / "forgeries"
-TEMPLATE = ROOT / "notebooks" / "00_welcome.ipynb"
-TIMEOUT_S = 60
+TEMPLATE = ROOT / "notebooks" / WELCOME
 IN_PROCESS = sorted(p.stem for p in FORGERIES.glob("*.ipynb") if p.stem != "rewrite_disk")
-# The honest control, graded in the same run: "held" and "nothing ran" look alike otherwise.
-CONTROL = ROOT / "tests" / "fixtures" / "submissions" / "ada" / "00_welcome.ipynb"
 
 pytestmark = pytest.mark.slow
 
 
+def _forged(klass: Path) -> Path:
+    """Where the write_results forgery is told to write (out of a sandboxed student's sight)."""
+    return klass.parent / "forged" / "results.json"
+
+
+def _build_forgeries(klass: Path) -> None:
+    _forged(klass).parent.mkdir()
+    for name in IN_PROCESS:  # write_results aimed at a results.json the grader may read
+        aimed = {"COURSE_FORGERY_RESULTS": str(_forged(klass))}
+        hostile.aimed(FORGERIES / f"{name}.ipynb", aimed, klass / name / WELCOME)
+
+
+hostile.add("forgeries", _build_forgeries)
+
+
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Every forgery but rewrite_disk graded here, two at a time; then results.json written."""
-    results_dir = tmp_path_factory.mktemp("results")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(kernel.RESTORE_ENV, "0")  # others may be editing the repository meanwhile
-        patch.setenv("COURSE_FORGERY_RESULTS", str(results_dir / "results.json"))
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            paths = {name: FORGERIES / f"{name}.ipynb" for name in IN_PROCESS}
-            paths["(honest control)"] = CONTROL
-            graded = dict(
-                zip(
-                    paths,
-                    pool.map(
-                        lambda path: grading.grade_file(TEMPLATE, path, timeout_s=TIMEOUT_S),
-                        paths.values(),
-                    ),
-                    strict=True,
-                )
-            )
-            control = graded.pop("(honest control)")
-        forged_path = results_dir / "results.json"  # out of a sandboxed student's sight
-        forged = json.loads(forged_path.read_text()) if forged_path.exists() else None
-        every = [r for results in graded.values() for r in results]
-        report = grading.gradescope_report(every)
-        grading.write_results_json(results_dir / "results.json", report)
-        written = json.loads((results_dir / "results.json").read_text())
-    return {"results": graded, "forged": forged, "written": written, "control": control}
+def graded(hostile_class, tmp_path_factory):
+    """Every forgery but rewrite_disk, as the class graded them; then results.json written."""
+    forgeries = {name: hostile_class.results[name] for name in IN_PROCESS}
+    path = _forged(hostile_class.klass)
+    forged = json.loads(path.read_text()) if path.exists() else None
+    every = [r for results in forgeries.values() for r in results]
+    report = grading.gradescope_report(every)
+    written_path = tmp_path_factory.mktemp("results") / "results.json"
+    grading.write_results_json(written_path, report)
+    written = json.loads(written_path.read_text())
+    control = hostile_class.results[hostile.CONTROL]
+    return {"results": forgeries, "forged": forged, "written": written, "control": control}
 
 
 def test_the_honest_control_graded_in_the_same_run_gets_full_marks(graded):
@@ -137,9 +140,14 @@ def test_a_disk_rewriting_submission_cannot_pass_the_next_one(tmp_path):
     original = (copy / "course" / "checks" / "nb00.py").read_bytes()
     shutil.copytree(ROOT / "data" / "samples", copy / "data" / "samples")
     env = dict(os.environ, **{kernel.RESTORE_ENV: "1"})  # the copy is ours to restore
-    env.update(PYTHONPATH=str(copy), COURSE_FORGERY_TARGET=str(copy / "course"))
+    env.update(PYTHONPATH=str(copy))
+    forger = hostile.aimed(  # at the grader's course: the copy
+        FORGERIES / "rewrite_disk.ipynb",
+        {"COURSE_FORGERY_TARGET": str(copy / "course")},
+        tmp_path / "rewrite_disk.ipynb",
+    )
     done = subprocess.run(
-        [sys.executable, "-c", GRADE_TWO, str(TEMPLATE), str(FORGERIES / "rewrite_disk.ipynb")]
+        [sys.executable, "-c", GRADE_TWO, str(TEMPLATE), str(forger)]
         + [str(TEMPLATE)],  # the blank notebook, graded second
         cwd=copy,
         env=env,
@@ -198,27 +206,19 @@ def softmax(x, dim=-1):
 }
 
 
-def _reaching(name: str, folder: Path) -> Path:
-    import nbformat
+def _build_reaches(klass: Path) -> None:
+    for name, source in REACHES.items():
+        (klass / name).mkdir()
+        nbformat.write(hostile.notebook(source), klass / name / WELCOME)
 
-    notebook = nbformat.read(CONTROL, as_version=4)
-    cell = next(c for c in notebook.cells if "def softmax" in c.source)
-    cell.source = REACHES[name]
-    path = folder / f"{name}.ipynb"
-    nbformat.write(notebook, path)
-    return path
+
+hostile.add("reaches", _build_reaches)
 
 
 @pytest.fixture(scope="module")
-def reached(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("reaches")
-    paths = {name: _reaching(name, folder) for name in REACHES}
-    paths["(honest control)"] = CONTROL
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(kernel.RESTORE_ENV, "0")
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            grade = lambda path: grading.grade_file(TEMPLATE, path, timeout_s=TIMEOUT_S)  # noqa: E731
-            return dict(zip(paths, pool.map(grade, paths.values()), strict=True))
+def reached(hostile_class):
+    control = {"(honest control)": hostile_class.results[hostile.CONTROL]}
+    return {name: hostile_class.results[name] for name in REACHES} | control
 
 
 @pytest.mark.parametrize("name", sorted(REACHES))

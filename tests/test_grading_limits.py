@@ -1,5 +1,6 @@
-"""Hostile hand-ins bounded, each graded beside an honest control
-(0.1 right) and a wrong one (0.1 wrong) in the same run, JOBS=2, notebook 00 only.
+"""Hostile hand-ins bounded, each graded beside an honest control (0.1 right) and a wrong one
+(0.1 wrong) in the same run: the session's one class of notebook-00 hand-ins (tests/hostile.py,
+JOBS=3), which the other hostile modules share.
 
 Family 2, the supervisor out of reach and limits per run: a fork bomb, a memory bomb in many
 processes, a ``/dev/shm`` bomb, ``SIGSTOP`` of its parent and of every process it may signal,
@@ -10,32 +11,23 @@ feedback) while the grader holds a database URL, a ``*_PAT`` token and an ``AWS_
 Every hostile hand-in's softmax is wrong: any point it earned would be undeserved. For each:
 0 points, the honest control 1 and the wrong one 0 (as alone), the run of every notebook ended
 within the stated bound (:func:`course.grading.engine.deadline_s`), no grader variable in any
-output, and no process of the class left behind.
+output of the class, and no process of the class left behind.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import secrets
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course import classroom
 from course.grading import engine, kernel, runlimits, sandbox
+from tests import hostile
+from tests.hostile import CONTROL, MEMORY_GB, WELCOME, WRONG, WRONG_ONE
 
-ROOT = Path(__file__).resolve().parents[1]
-HONEST = ROOT / "tests" / "fixtures" / "submissions" / "ada" / "00_welcome.ipynb"
-WELCOME = "00_welcome.ipynb"
-WRONG = (
-    "def softmax(x, dim=-1):\n"
-    "    return x.exp() / x.exp().sum(dim=dim, keepdim=True)  # overflows for large scores\n"
-)
-MEMORY_GB = 3.0  # the run's memory here: enough for an honest notebook 00 (about 0.5 GB)
 SECRET = secrets.token_hex(10)
 GRADER_SECRETS = {
     "DATABASE_URL": f"postgres://grader:{SECRET}@db.example/grades",
@@ -96,6 +88,7 @@ ATTACKS = {
     ),
 }
 MANY_CELLS = 990  # with the hand-in's own cells, just under limits.MAX_CELLS (1000)
+MANY = "0_many_cells"  # sorts first: it starts first, and its wait overlaps the class's grading
 
 pytestmark = [
     pytest.mark.slow,
@@ -105,67 +98,58 @@ pytestmark = [
 ]
 
 
-def _notebook(answer: str, extra_cells: int = 0) -> bytes:
-    notebook = nbformat.read(HONEST, as_version=4)
-    index = next(i for i, c in enumerate(notebook.cells) if "def softmax" in c.source)
-    if answer != "right":
-        notebook.cells[index].source = answer
+def _notebook(answer: str, extra_cells: int = 0) -> nbformat.NotebookNode:
+    notebook = hostile.notebook(answer)
+    index = next(i for i, c in enumerate(notebook.cells) if c.source == answer)
     for number in range(extra_cells):  # a chain: each sleeps, the answer needs them all
         previous = f"pad{number - 1}" if number else "0"
         cell = nbformat.v4.new_code_cell(f"import time\ntime.sleep(1)\npad{number} = {previous}")
         notebook.cells.insert(index + number, cell)
     if extra_cells:
         notebook.cells[index + extra_cells].source = WRONG + f"last = pad{extra_cells - 1}\n"
-    return nbformat.writes(notebook).encode()
+    return notebook
+
+
+def _build(klass: Path) -> dict[str, str]:
+    for name, code in ATTACKS.items():
+        (klass / name).mkdir()
+        nbformat.write(_notebook(code + WRONG), klass / name / WELCOME)
+    (klass / MANY).mkdir()
+    nbformat.write(_notebook(WRONG, MANY_CELLS), klass / MANY / WELCOME)
+    return GRADER_SECRETS  # held by the grader while the class is graded
+
+
+hostile.add("limits", _build)
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    base = tmp_path_factory.mktemp("limits")
-    templates = base / "templates"
-    templates.mkdir()
-    (templates / WELCOME).write_bytes((ROOT / "notebooks" / WELCOME).read_bytes())
-    klass = base / "class"
-    hands = {"honest": "right", "wrong": WRONG}
-    hands.update({name: code + WRONG for name, code in ATTACKS.items()})
-    for name, answer in hands.items():
-        (klass / name).mkdir(parents=True)
-        (klass / name / WELCOME).write_bytes(_notebook(answer))
-    (klass / "many_cells").mkdir()
-    (klass / "many_cells" / WELCOME).write_bytes(_notebook(WRONG, MANY_CELLS))
-    start = time.time()
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in GRADER_SECRETS.items():
-            patch.setenv(key, value)
-        out = base / "out"
-        results = classroom.grade_class(
-            klass, out, templates, jobs=2, memory_gb=MEMORY_GB, log=lambda _: None
-        )
-    seconds = time.time() - start
-    with open(out / "grades.csv", newline="", encoding="utf-8") as file:
-        rows = {row["student"]: row for row in csv.DictReader(file)}
-    texts = [p.read_text(encoding="utf-8") for p in out.rglob("*") if p.is_file()]
-    return {"results": results, "rows": rows, "texts": texts, "seconds": seconds}
+def graded(hostile_class):
+    return {
+        "results": hostile_class.results,
+        "rows": hostile_class.rows,
+        "texts": hostile_class.texts,
+        "seconds": hostile_class.seconds,
+    }
 
 
 def test_the_honest_control_and_the_wrong_one_grade_as_alone(graded):
-    assert graded["rows"]["honest"]["0.1"] == "1", graded["results"]["honest"]
-    assert graded["rows"]["wrong"]["0.1"] == "0"
+    assert graded["rows"][CONTROL]["0.1"] == "1", graded["results"][CONTROL]
+    assert graded["rows"][WRONG_ONE]["0.1"] == "0"
 
 
-@pytest.mark.parametrize("attack", [*ATTACKS, "many_cells"])
+@pytest.mark.parametrize("attack", [*ATTACKS, MANY])
 def test_no_hostile_hand_in_earns_a_point(graded, attack):
     assert graded["rows"][attack]["0.1"] == "0", graded["results"][attack]
 
 
-@pytest.mark.parametrize("attack", [*ATTACKS, "many_cells"])
+@pytest.mark.parametrize("attack", [*ATTACKS, MANY])
 def test_every_run_ended_within_the_stated_bound(graded, attack):
     bound = engine.deadline_s(0) + kernel.STARTUP_S  # the run's bound, and the replay after it
     assert all(r.seconds <= bound for r in graded["results"][attack]), graded["results"][attack]
 
 
 def test_the_many_cells_hand_in_was_stopped_by_the_notebook_bound(graded):
-    (result,) = graded["results"]["many_cells"]
+    (result,) = graded["results"][MANY]
     assert result.status == "timeout" and result.seconds >= engine.deadline_s(0) - 5, result
 
 

@@ -1,8 +1,10 @@
 """Output that carries no attack: hostile names graded in one class.
 
-One class, graded once by :func:`course.classroom.grade_class` (notebook 00 only, JOBS=2): an
-honest control (0.1 right) and a wrong one (0.1 wrong) beside hand-ins whose *names* attack the
-outputs. Each hostile hand-in's notebook is itself right, so each must earn exactly its point:
+The session's one class of notebook-00 hand-ins (tests/hostile.py), graded once by
+:func:`course.classroom.grade_class`: an honest control (0.1 right) and a wrong one (0.1 wrong)
+beside hand-ins whose *names* attack the outputs, and the other hostile modules' hand-ins, whose
+outputs are held to the same rules. Each hostile name's notebook is itself right, so each must
+earn exactly its point:
 
 * ``z\\victim`` beside ``z_victim``, and ``z?victim`` beside ``z*victim`` (one file name):
   no crash, one feedback file each, the collision named in both rows;
@@ -35,16 +37,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import classroom, handins
+from course import classroom
 from course.grading import names
+from tests import hostile
+from tests.hostile import CONTROL, WELCOME, WRONG, WRONG_ONE
 
 ROOT = Path(__file__).resolve().parents[1]
-HONEST = ROOT / "tests" / "fixtures" / "submissions" / "ada" / "00_welcome.ipynb"
-WELCOME = "00_welcome.ipynb"
-WRONG = (
-    "def softmax(x, dim=-1):\n"
-    "    return x.exp() / x.exp().sum(dim=dim, keepdim=True)  # overflows for large scores"
-)
 EVIL = "evil\x1b[31m\nfake,40"
 ZIP_FOLDER = "a\x1b[2J\nb"
 POSER = "z_victim\u200b"  # shows as z_victim
@@ -52,9 +50,9 @@ SEMICOLON = "ann;=1+1"
 PARAGRAPH = "para\u2029graph"
 FORGED = "mine, in my own words\n## z_victim\nthe victim's answer, forged"
 INVISIBLE = ("Cf", "Zl", "Zp")  # format characters, line and paragraph separators
-NAMES = {  # folder -> points its notebook earns
-    "ada": 1,
-    "wrong": 0,
+NAMES = {  # folder -> points its notebook earns (the controls, with a written answer here)
+    CONTROL: 1,
+    WRONG_ONE: 0,
     "z\\victim": 1,
     "z_victim": 1,
     "z?victim": 1,
@@ -71,10 +69,7 @@ pytestmark = pytest.mark.slow
 
 
 def _notebook(right: bool, answer: str = "") -> bytes:
-    notebook = nbformat.read(HONEST, as_version=4)
-    if not right:
-        cell = next(c for c in notebook.cells if "def softmax" in c.source)
-        cell.source = WRONG
+    notebook = hostile.notebook(None if right else WRONG)
     if answer:  # the written answer to Question 0.2, in the template's cell
         template = nbformat.read(ROOT / "notebooks" / WELCOME, as_version=4)
         cell = next(c for c in template.cells if c.source.startswith("### Question 0.2"))
@@ -103,36 +98,32 @@ def _templates(base: Path) -> Path:
     return templates
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    base = tmp_path_factory.mktemp("outputs")
-    templates = _templates(base)
-    klass = base / "class"
+def _build(klass: Path) -> None:
     for folder, points in [*NAMES.items(), (".hidden", 1)]:
-        (klass / folder).mkdir(parents=True)
+        (klass / folder).mkdir(exist_ok=True)  # the controls' folders: hostile.py's, rewritten
         answer = FORGED if folder == SEMICOLON else "the victim's own answer"
         (klass / folder / WELCOME).write_bytes(_notebook(points == 1, answer))
     (klass / "ansi.zip").write_bytes(_zip([(f"{ZIP_FOLDER}/{WELCOME}", _notebook(True))]))
     (klass / "twice.zip").write_bytes(
         _zip([(WELCOME, _notebook(False)), (WELCOME, _notebook(True))])
     )
-    said: list[str] = []
-    out = base / "out"
-    results = classroom.grade_class(klass, out, templates, jobs=2, log=said.append)
-    with open(out / "grades.csv", newline="", encoding="utf-8") as file:
-        raw = file.read()
-    rows = {row["student"]: row for row in csv.DictReader(io.StringIO(raw))}
-    feedback = {p.name: p.read_text(encoding="utf-8") for p in (out / "feedback").iterdir()}
-    keys = {paths[0].name: key for key, paths in handins.students(klass).items()}
+
+
+hostile.add("outputs", _build)
+
+
+@pytest.fixture(scope="module")
+def graded(hostile_class):
     return {
-        "results": results,
-        "raw": raw,
-        "rows": rows,
-        "said": said,
-        "out": out,
-        "feedback": feedback,
-        "keys": keys,  # folder -> the student's key (its name as every output shows it)
-        "written": (out / "written" / "Question_0.2.md").read_text(encoding="utf-8"),
+        "results": hostile_class.results,
+        "raw": hostile_class.raw,
+        "rows": hostile_class.rows,
+        "said": hostile_class.said,
+        "out": hostile_class.out,
+        "class": hostile_class.klass,
+        "feedback": hostile_class.feedback,
+        "keys": hostile_class.keys,  # folder -> the student's key (its name as every output shows)
+        "written": hostile_class.written,
     }
 
 
@@ -141,7 +132,7 @@ def _controls(text: str, allowed: str = "") -> list[str]:
 
 
 def test_the_honest_control_and_the_wrong_one_are_graded_as_alone(graded):
-    assert graded["rows"]["ada"]["0.1"] == "1" and graded["rows"]["wrong"]["0.1"] == "0"
+    assert graded["rows"][CONTROL]["0.1"] == "1" and graded["rows"][WRONG_ONE]["0.1"] == "0"
 
 
 def test_every_hostile_name_earns_exactly_its_point(graded):
@@ -150,7 +141,9 @@ def test_every_hostile_name_earns_exactly_its_point(graded):
         cell = names.csv_cell(student)
         assert graded["rows"][cell]["0.1"] == str(points), (student, graded["rows"][cell])
     assert graded["rows"]["ansi.zip"]["0.1"] == "1" and graded["rows"]["twice.zip"]["0.1"] == "1"
-    assert len(graded["rows"]) == len(NAMES) + 2  # .hidden is no row: it is skipped
+    entries = [p.name for p in graded["class"].iterdir()]  # the other modules' hand-ins too
+    assert ".hidden" in entries and ".hidden" not in graded["keys"]
+    assert len(graded["rows"]) == len(entries) - 1  # every folder and zip a row, .hidden none
 
 
 def test_one_feedback_file_per_student_and_collisions_named_in_both_rows(graded):
@@ -158,7 +151,7 @@ def test_one_feedback_file_per_student_and_collisions_named_in_both_rows(graded)
     for student in ("z?victim", "z*victim"):
         flags = graded["rows"][student]["flags"]
         assert "file name shared with" in flags and "feedback/" in flags, flags
-    assert "file name shared" not in graded["rows"]["ada"]["flags"]
+    assert "file name shared" not in graded["rows"][CONTROL]["flags"]
     files = {graded["rows"][s]["flags"].rsplit("feedback/", 1)[1] for s in ("z?victim", "z*victim")}
     assert len(files) == 2 and files <= {f"{n}" for n in graded["feedback"]}
 
