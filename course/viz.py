@@ -141,3 +141,52 @@ def confusion_matrix_plot(
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     return ax
+
+
+def label_ends(
+    ax: plt.Axes,
+    ends: dict[str, tuple[float, float]],
+    colours: dict[str, str],
+    texts: dict[str, str] | None = None,
+    gap: float = 12.0,
+) -> list:
+    """Write each curve's label next to its last point, ``ends[name] = (x, y)``, in its colour.
+
+    Direct labels instead of a legend, so that the eye goes from a curve to its name without a
+    detour. ``texts[name]`` is the label (the name itself by default). A curve that ends where
+    another goes on (a shorter run) gets its label up and to the left of its last point, since
+    to the right it would sit on the longer curve (and right above it, on an error bar there);
+    the others get theirs to the right. Labels that would overlap in one column are pushed apart
+    by ``gap`` points, keeping their order. Call it once the axes' limits and layout are final:
+    it places the labels in points.
+    """
+    last = max(x for x, _ in ends.values())
+    columns: dict[tuple[float, bool], list[tuple[float, str]]] = {}
+    for name, (x, y) in ends.items():
+        columns.setdefault((x, x >= last), []).append((y, name))
+    points_per_pixel = 72 / ax.figure.dpi
+    labels = []
+    for (x, right), entries in columns.items():
+        entries.sort()
+        heights = [ax.transData.transform((x, y))[1] * points_per_pixel for y, _ in entries]
+        spread = heights[:1]
+        for height in heights[1:]:
+            spread.append(max(height, spread[-1] + gap))
+        for (y, name), height, moved in zip(entries, heights, spread, strict=True):
+            shift = moved - height
+            offset, ha, va = (
+                ((8, shift), "left", "center") if right else ((-6, 6 + shift), "right", "bottom")
+            )
+            text = (texts or {}).get(name, name)
+            labels.append(
+                ax.annotate(
+                    text,
+                    (x, y),
+                    xytext=offset,
+                    textcoords="offset points",
+                    ha=ha,
+                    va=va,
+                    color=colours[name],
+                )
+            )
+    return labels

@@ -118,3 +118,30 @@ def test_show_config_prints_name_value_lines_and_nested_settings(capsys):
 
     env.show_config(dataclasses.replace(Config(), steps=10))
     assert capsys.readouterr().out == "steps = 10\nname = None\ninner.lr = 0.003\n"
+
+
+def test_label_ends_puts_each_label_by_its_own_end_and_none_on_another():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ends = {"long a": (100, 0.860), "long b": (100, 0.861), "short": (50, 0.87)}
+    colours = {"long a": "C0", "long b": "C1", "short": "C2"}
+    for name, (x, y) in ends.items():
+        ax.plot([0, x], [0.8, y], color=colours[name])
+    ax.set(xlim=(0, 140), ylim=(0.78, 0.9))
+    labels = viz.label_ends(ax, ends, colours, texts={"short": "short 87.0%"})
+    renderer = fig.canvas.get_renderer()
+    boxes = {label.get_text(): label.get_window_extent(renderer) for label in labels}
+    assert set(boxes) == {"long a", "long b", "short 87.0%"}
+    assert not boxes["long a"].overlaps(boxes["long b"])  # 0.001 apart: pushed apart
+    assert boxes["long a"].y0 < boxes["long b"].y0  # in their order
+    for label in labels:
+        name = "short" if label.get_text().startswith("short") else label.get_text()
+        assert label.get_color() == colours[name]
+        point = ax.transData.transform(ends[name])
+        box = boxes[label.get_text()]
+        if name == "short":  # ends where the long curves go on: up and to the left
+            assert box.x1 < point[0] and box.y0 > point[1]
+        else:
+            assert box.x0 > point[0]
+    plt.close(fig)
