@@ -38,9 +38,9 @@ NOTEBOOK_BUDGET_S: dict[str, int] = {
     "09": 120,
     # 10: the target is a Run All of at most 9 minutes (540 s) on an idle 2-core CPU in float32,
     # and nbval's budget that times 1.25, the smallest margin of the other training notebooks (08:
-    # 330 s for its 264.5 s in RUN_TIMES; 06 and 07 have 1.5 and 1.7). Its stored run (LoRA in
-    # every block, 750 steps a rank, evaluated at each quarter) took 655 s on the machine named in
-    # RUN_TIMES["machines"]["10"]: over the target there (see RUN_TIMES).
+    # 330 s for its 264.5 s in RUN_TIMES; 06 and 07 have 1.5 and 1.7). Its stored run (LoRA r=4 in
+    # every block, 750 steps, evaluated at each quarter; one rank: two took 655 s) took 398 s on
+    # the machine named in RUN_TIMES["machines"]["10"] (see RUN_TIMES).
     "10": 675,
 }
 
@@ -87,15 +87,15 @@ RUN_TIMES: dict = {
         "07": 179.0,
         "08": 264.5,
         "09": 69.2,
-        "10": 655.0,  # see "elsewhere"
+        "10": 398.0,  # see "elsewhere"
     },
     # Notebooks whose figure is not that make check's nbval time, and where it comes from.
     "elsewhere": {
         "10": (
-            "`make solutions NB=10` (its cells' time as printed, 655 s; 659 s from start to save) "
+            "`make solutions NB=10` (its cells' time as printed, 398 s; 405 s from start to save) "
             "on 2026-11-28 on another 2-core x86-64 virtual machine (Intel Xeon at 2.80GHz, no "
-            "native bf16, float32), otherwise idle (load average 2 falling to under 1 at its "
-            "start), the run stored at commit a08fa0c plus its exercise texts"
+            "native bf16, float32), otherwise idle (load average 1.3 at its start, 1.8 at its "
+            "end, the run's own threads included)"
         ),
     },
     # Notebooks measured on another machine or day than the table's: the header's words for it.
