@@ -9,7 +9,9 @@ safetensors (never a pickle); ``replay`` (the grader's trusted process) calls no
 the recorded observations in turn, with the student's objects :class:`Absent`, and judges them
 against references it computes itself: whatever the student's process forges, only data equal to
 the right answers passes. Inputs come from :func:`generator`, seeded from the session's seed, so
-probe and replay draw the same.
+probe and replay draw the same. What only the student's process can see, a side effect of its
+code (global state, the global generator, an input overwritten in place), goes through
+:func:`side_effect`: a failure in the notebook, a note that decides no point while grading.
 """
 
 from __future__ import annotations
