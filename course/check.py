@@ -38,6 +38,9 @@ class CheckResult:
     # and the known mistake the result is, by the name its spec gives it; None where none.
     prop: str | None = None
     mistake: str | None = None
+    # Side effects the student's process reported and the verdict does not rest on
+    # (course.observe.side_effect): said in the report, never a point either way.
+    notes: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -49,13 +52,21 @@ class CheckResult:
     def report(self) -> str:
         head = f"{self.exercise} ({self.title})"
         if self.status == PASSED:
-            return f"✅ {head}: passed"
+            return f"✅ {head}: passed" + self._noted()
         if self.status == NOT_IMPLEMENTED:
             return (
                 f"⏳ {head}: not implemented yet. Replace the `raise NotImplementedError` "
                 "in the exercise cell with your code, run that cell, then run this check again."
             )
-        return f"❌ {head}: {self.message}" + (f"\n   Hint: {self.hint}" if self.hint else "")
+        hint = f"\n   Hint: {self.hint}" if self.hint else ""
+        return f"❌ {head}: {self.message}{hint}{self._noted()}"
+
+    def _noted(self) -> str:
+        return "".join(
+            f"\n   Seen in your process while grading, not graded (the grader cannot verify "
+            f"what that process reports about itself): {note}"
+            for note in self.notes
+        )
 
 
 class CheckFailed(AssertionError):
@@ -70,7 +81,14 @@ class CheckFailed(AssertionError):
 
 
 def _evaluate(check: Callable, body: Callable, args: tuple, kwargs: dict) -> CheckResult:
-    """Run ``body`` in the current observation session; turn how it ended into a result."""
+    """Run ``body`` in the current observation session; turn how it ended into a result, with
+    the session's notes (side effects reported, not judged)."""
+    result = _ended(check, body, args, kwargs)
+    result.notes = tuple(obs.current().notes)
+    return result
+
+
+def _ended(check: Callable, body: Callable, args: tuple, kwargs: dict) -> CheckResult:
     exercise, title, hint = check.exercise, check.title, check.hint
     try:
         with sealed.forked(obs.current().seed * 1_000_003 + check.seed):
@@ -162,21 +180,31 @@ def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int
     return decorate
 
 
-def probe(check: Callable, *args: Any, seed: int = 0, **kwargs: Any) -> tuple[CheckResult, bytes]:
+def probe(
+    check: Callable, *args: Any, seed: int = 0, effects: str = obs.JUDGED, **kwargs: Any
+) -> tuple[CheckResult, bytes]:
     """``check`` on the student's objects, recording every observation: the result as the
-    student's process sees it (a spec judges nothing there) and the record for the grader."""
-    with obs.session(obs.PROBE, seed) as state:
+    student's process sees it (a spec judges nothing there) and the record for the grader;
+    ``effects``: as the replay of the record will treat side effects (the grader:
+    ``obs.REPORTED``), so that both observe alike."""
+    with obs.session(obs.PROBE, seed, effects=effects) as state:
         result = _evaluate(check, check.body, args, kwargs)
         record = obs.encode(state.record)
     return result, record
 
 
 def replay(
-    check: Callable, record: bytes, seed: int = 0, positional: int = 1, keywords: Sequence[str] = ()
+    check: Callable,
+    record: bytes,
+    seed: int = 0,
+    positional: int = 1,
+    keywords: Sequence[str] = (),
+    effects: str = obs.JUDGED,
 ) -> CheckResult:
     """The trusted verdict: ``check``'s body on recorded observations, student objects absent;
     ``positional`` and ``keywords``: the check call as the *template* writes it, never as the
-    student's process reports."""
+    student's process reports; ``effects``: ``obs.REPORTED`` where the side effects the record
+    reports decide nothing (the grader: :func:`course.observe.side_effect`)."""
     try:
         observations = obs.decode(record)
     except Exception as error:  # noqa: BLE001 - whatever the untrusted bytes are
@@ -186,7 +214,7 @@ def replay(
     names = list(inspect.signature(check.body).parameters)
     args = tuple(obs.Absent(name) for name in names[:positional])
     kwargs = {name: obs.Absent(name) for name in keywords}
-    with obs.session(obs.REPLAY, seed, observations):
+    with obs.session(obs.REPLAY, seed, observations, effects):
         return _evaluate(check, check.body, args, kwargs)
 
 

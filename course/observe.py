@@ -9,7 +9,9 @@ safetensors (never a pickle); ``replay`` (the grader's trusted process) calls no
 the recorded observations in turn, with the student's objects :class:`Absent`, and judges them
 against references it computes itself: whatever the student's process forges, only data equal to
 the right answers passes. Inputs come from :func:`generator`, seeded from the session's seed, so
-probe and replay draw the same.
+probe and replay draw the same. What only the student's process can see, a side effect of its
+code (global state, the global generator, an input overwritten in place), goes through
+:func:`side_effect`: a failure in the notebook, a note that decides no point while grading.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from course import sealed
 from course.failure import CheckFailure, students_words, summarise_exception
 
 LOCAL, PROBE, REPLAY = "local", "probe", "replay"
+# What a side effect the student's process reports does to the verdict: a failure (the
+# notebook, the tests), or a note beside it (the grader's replay: that process could as well
+# have hidden it, so it decides no point either way; docs/grading.md, "What is not protected").
+JUDGED, REPORTED = "judged", "reported"
 MAX_RECORD_BYTES = 64 * 1024**2  # a probe record larger than this is refused on reading
 
 
@@ -79,6 +85,8 @@ class Session:
     seed: int = 0
     record: list[Observation] = field(default_factory=list)
     cursor: int = 0
+    effects: str = JUDGED
+    notes: list[str] = field(default_factory=list)  # side effects reported, not judged
 
 
 _session = Session()
@@ -89,10 +97,13 @@ def current() -> Session:
 
 
 @contextlib.contextmanager
-def session(mode: str, seed: int = 0, record: list[Observation] | None = None) -> Iterator[Session]:
-    """Run a check body in ``mode``; ``record``: the observations to replay."""
+def session(
+    mode: str, seed: int = 0, record: list[Observation] | None = None, effects: str = JUDGED
+) -> Iterator[Session]:
+    """Run a check body in ``mode``; ``record``: the observations to replay; ``effects``: what
+    a side effect the student's process reports does in a replay (:func:`side_effect`)."""
     global _session
-    previous, _session = _session, Session(mode, seed, list(record or []))
+    previous, _session = _session, Session(mode, seed, list(record or []), effects=effects)
     try:
         yield _session
     finally:
@@ -393,10 +404,27 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
     return _raise_or_return(observation)
 
 
+def side_effect(message: str, hint: str | None = None) -> None:
+    """A side effect of the student's code that only its own process saw (global state or the
+    global generator changed, an input overwritten in place): a failure, or, in a session whose
+    side effects are ``REPORTED`` (grading: the probe and the grader's replay alike, so that
+    both make the same observations in the same order), a note on the verdict.
+
+    Any observer inside the student's process can be bent (a rebound function, ``gc``,
+    ``ctypes``): a "clean" report proves nothing there, so a violation reported must cost no
+    more than one hidden would. The row says what was seen and not graded."""
+    state = _session
+    if state.effects == REPORTED:
+        if message not in state.notes:
+            state.notes.append(message)
+        return
+    raise CheckFailure(message, hint)
+
+
 def _raise_or_return(observation: Observation) -> Any:
     if observation.side_effects:
         changed = "; ".join(_STATE_MESSAGES.get(e, e) for e in observation.side_effects)
-        raise CheckFailure(
+        side_effect(
             f"{observation.what}: your code {changed}. A function must leave global state as it "
             "found it (the property violated: global state unchanged).",
             "Use context managers (`with torch.no_grad():`) rather than global switches, and "

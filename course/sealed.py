@@ -12,8 +12,11 @@ A probe runs beside objects the student built; three ways they could bend what i
   :func:`fingerprint` of what it called; the replay's differs: :class:`Tampered`, the exercise
   scores 0, flagged.
 
-A rewritten ``course.observe`` is docs/grading.md's "What is not protected": the trusted side re-judges every
-recorded value against its own reference, so it can hide a side effect, never forge an answer.
+All three hold against the student's *objects*. Against code that rewrites this module or
+``course.observe`` in memory (``gc``, ``ctypes``) no observer inside the student's process
+holds: so while grading, a side effect observed there is said in the row and decides no point
+either way (:func:`course.observe.side_effect`), and every value is re-judged by the trusted
+replay (docs/grading.md, "What is not protected").
 """
 
 from __future__ import annotations

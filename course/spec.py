@@ -11,7 +11,8 @@ that computes real values (:mod:`course.virtual`), so "undecided" does not exist
 
 No answer in the student's process: while grading it only observes (``probe``), making the same
 observations in the same order; the grader's trusted process replays them, and alone computes
-the reference and judges (:func:`judging`).
+the reference and judges (:func:`judging`). There, the check modules hold no reference, mistake
+or judge at all (:mod:`course.grading.stripped`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Records the student's objects cannot bend (course/sealed.py).
 
-Each hostile answer below is graded as the grader grades it (probe in "the student's process",
-trusted replay), and as the notebook checks it; none passes, and each message names what it did.
+Each hostile answer below is checked as the notebook checks it, and probed and replayed with
+side effects judged (the tests' replay); none passes, and each message names what it did. While
+grading, a side effect the student's process reports is said and decides no point
+(tests/test_grading_side_effects.py).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_a_hostile_answer_fails_in_the_notebook_and_in_the_grade(name):
+def test_a_hostile_answer_fails_in_the_notebook_and_in_the_judged_replay(name):
     answer, phrase = HOSTILE[name]
     local = nb00.softmax(answer, raise_on_failure=False)  # probe + trusted replay (conftest)
     assert local.status == framework.FAILED, local.report()

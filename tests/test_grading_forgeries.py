@@ -169,9 +169,10 @@ def test_a_disk_rewriting_submission_cannot_pass_the_next_one(tmp_path):
 
 # The hostile round's reaches into the check and the probe, on 0.1 (whose text forbids
 # torch.softmax), each with the overflowing formula as its fallback: a pass would prove it
-# found the answer or bent the record. Stopped by static rules, not by the reference being out
-# of reach: an import of the grading machinery scores 0 on any exercise (course.contract), and
-# dynamic reach sends 0.1 to the instructor (course.forbidden).
+# found the answer or bent the record. The check modules of the student's process hold no
+# reference (course.grading.stripped); besides, an import of the grading machinery scores 0 on
+# any exercise (course.contract), and dynamic reach sends 0.1 to the instructor
+# (course.forbidden).
 WRONG = (
     "def softmax(x, dim=-1):\n"
     "    e = x.exp()\n"
@@ -206,7 +207,85 @@ def softmax(x, dim=-1):
 }
 
 
+# Searches every place an answer can look for a check's answer (the frames above it, every
+# object the garbage collector tracks, every course module) and uses the first callable of the
+# course's checks that returns a softmax (finite, summing to one along ``dim``): a spec's or a
+# mistake's reference, a judge, any function of a check module. Its fallback overflows, so the
+# trusted replay names that mistake only where the search found nothing that computes.
+SEARCH = '''import functools, gc, sys, torch
+_found = []
+def _callables():
+    seen = [v for i in range(1, 40) if i < len(_frames()) for v in _frames()[i].f_locals.values()]
+    seen += gc.get_objects()
+    seen += [v for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("course")
+             for v in list(vars(m).values())]
+    out = []
+    for obj in seen:
+        try:
+            out += _answers(obj)
+        except Exception:
+            continue
+    return [f for f in out if callable(f)]
+def _answers(obj):
+    out = []
+    specs = getattr(obj, "spec", obj)
+    for spec in specs if isinstance(specs, tuple) else (specs,):
+        for name in ("reference", "judge"):
+            if callable(getattr(spec, name, None)):
+                out.append(getattr(spec, name))
+        for mistake in getattr(spec, "mistakes", ()) or ():
+            out.append(getattr(mistake, "reference", None))
+    function = obj.func if isinstance(obj, functools.partial) else obj
+    if callable(obj) and str(getattr(function, "__module__", "")).startswith("course.checks"):
+        out.append(obj)
+    return out
+def _frames():
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
+def softmax(x, dim=-1):
+    if not _found:
+        _found.extend(_callables() or [None])
+    for candidate in _found:
+        try:
+            y = candidate(x, dim)
+            if isinstance(y, torch.Tensor) and y.shape == x.shape and bool(y.isfinite().all()):
+                if bool(((y.sum(dim) - 1).abs() < 1e-3).all()):
+                    return y
+        except Exception:
+            continue
+    e = x.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+'''
+SEARCHING = "search_for_the_answer"
+# The side effects the sealed_* forgeries above hide, left unhidden beside right values: while
+# grading, a side effect the student's process reports decides no point either way (any
+# observer in that process can be bent; course.observe.side_effect), so each keeps its point,
+# its row saying what was seen and not graded, and no forgery earns a point its control does
+# not. (0.1's text lets x change in place: the in-place controls are in
+# tests/test_grading_side_effects.py.)
+UNHIDDEN = {
+    "leaves_grad_mode_off": ("torch.set_grad_enabled(False)", "sealed_global_state"),
+    "draws_from_the_global_generator": ("torch.rand(())", "sealed_same_rng"),
+}
+
+
+def _unhidden(effect: str) -> str:
+    return (
+        "import torch\n"
+        "def softmax(x, dim=-1):\n"
+        f"    {effect}\n"
+        "    shifted = x - x.amax(dim=dim, keepdim=True)\n"
+        "    return shifted.exp() / shifted.exp().sum(dim=dim, keepdim=True)\n"
+    )
+
+
 def _build_reaches(klass: Path) -> None:
+    for name, source in [(SEARCHING, SEARCH)] + [(n, _unhidden(e)) for n, (e, _) in UNHIDDEN.items()]:
+        (klass / name).mkdir()
+        nbformat.write(hostile.notebook(source), klass / name / WELCOME)
     for name, source in REACHES.items():
         (klass / name).mkdir()
         nbformat.write(hostile.notebook(source), klass / name / WELCOME)
@@ -227,3 +306,25 @@ def test_a_reach_into_the_check_or_the_probe_earns_nothing(reached, name):
     (result,) = reached[name]
     assert result.status in (grading.FAILED, grading.ERROR) and result.flags, result
     assert "course.sealed" in result.message or "reviews it by hand" in result.message, result
+
+
+def test_an_answer_searching_the_students_process_for_the_checks_answer_finds_none(hostile_class):
+    # The honest control passes in the same run; the searching answer's values are its
+    # fallback's (the trusted replay names that mistake): nothing it found computed a softmax.
+    # Were a reference reachable, its values would be right and no mistake named.
+    assert [r.status for r in hostile_class.results[hostile.CONTROL]] == [grading.PASSED]
+    (result,) = hostile_class.results[SEARCHING]
+    assert (result.status, result.mistake) == (grading.FAILED, "exp without the max shift"), result
+
+
+@pytest.mark.parametrize("name", sorted(UNHIDDEN))
+def test_a_side_effect_seen_in_the_students_process_is_said_and_decides_no_point(
+    hostile_class, name
+):
+    honest = hostile_class.results[hostile.CONTROL]
+    assert [(r.status, "not graded" in r.message) for r in honest] == [(grading.PASSED, False)]
+    (control,) = hostile_class.results[name]
+    assert control.status == grading.PASSED, control.message
+    assert "not graded" in control.message and "global state unchanged" in control.message
+    (forgery,) = hostile_class.results[UNHIDDEN[name][1]]  # hides the same side effect
+    assert not forgery.passed or control.passed

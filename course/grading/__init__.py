@@ -13,6 +13,8 @@ The verdict is reached where student code never runs. One job per module:
 * :mod:`~course.grading.kernel`      the student's process: a private copy of the course, limits,
   a time limit per cell, a hard deadline, every process killed at the end, the grader's own
   (pinned) course tree hashed and restored;
+* :mod:`~course.grading.stripped`    the check modules of that copy, without any reference,
+  known mistake or judgement (the probe needs none);
 * :mod:`~course.grading.sandbox`     the operating-system boundary around it (bubblewrap, an
   unprivileged uid when the grader is root), or the one line saying there is none;
 * :mod:`~course.grading.output`      OUT written once, atomically, never through a link, with a

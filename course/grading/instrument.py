@@ -42,10 +42,11 @@ def record_path(folder: str | os.PathLike, name: str) -> Path:
 def record(name: str, seed: int, check: Any, *args: Any, **kwargs: Any) -> None:
     """(In the student's kernel) probe ``check`` on the student's objects; write its record."""
     from course.check import probe
+    from course.observe import REPORTED
 
     path = record_path(os.environ[RECORDS_ENV], name)
     path.unlink(missing_ok=True)  # the last call wins, even when it fails to produce one
-    result, data = probe(check, *args, seed=seed, **kwargs)
+    result, data = probe(check, *args, seed=seed, effects=REPORTED, **kwargs)
     print(result.report())
     partial = path.with_suffix(".partial")
     partial.write_bytes(data)

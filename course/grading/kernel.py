@@ -3,7 +3,8 @@
 Each graded notebook runs in a scratch folder holding a fresh **private copy of the course
 package** (from the grader's in-memory snapshot, not from disk), whose ``course/nn.py`` holds
 only the exports of the notebooks *before* the graded one: a notebook-03 answer cannot import
-notebook 03's own answer. The student's process imports that copy (it is first on
+notebook 03's own answer; and whose check modules hold no reference, mistake or judgement
+(:mod:`~course.grading.stripped`): the probe needs none of them. The student's process imports that copy (it is first on
 ``PYTHONPATH``; the editable install of the repository comes after it).
 
 The process tree: grader (trusted) -> the sandbox (bubblewrap, whose init is the student's
@@ -182,9 +183,12 @@ def nn_before(text: str, number: int) -> str:
 
 
 def private_course(scratch: Path, files: dict[str, bytes], number: int) -> Path:
-    """Write the course package into ``scratch/course`` with ``nn.py`` cut before ``number``."""
+    """Write the course package into ``scratch/course`` with ``nn.py`` cut before ``number`` and
+    the check modules without their answers (:mod:`~course.grading.stripped`)."""
+    from course.grading.stripped import for_students
+
     target = scratch / "course"
-    for name, content in files.items():
+    for name, content in for_students(files).items():
         path = target / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if name == "nn.py":

@@ -297,6 +297,7 @@ def verdicts(
 ) -> list[ExerciseResult]:
     """One trusted result per check call of the template."""
     from course.check import replay
+    from course.observe import REPORTED
 
     results = []
     for call in calls:
@@ -322,8 +323,13 @@ def verdicts(
             continue
         try:
             with _replay_lock:  # course.observe keeps one session per process: one replay at once
-                verdict = replay(
-                    check, data, seed=seed, positional=call.positional, keywords=call.keywords
+                verdict = replay(  # side effects the record reports: said, not graded
+                    check,
+                    data,
+                    seed=seed,
+                    positional=call.positional,
+                    keywords=call.keywords,
+                    effects=REPORTED,
                 )
         except Exception as error:  # noqa: BLE001 - the replay must never take the grader down
             results.append(
