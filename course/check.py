@@ -193,7 +193,8 @@ def replay(
 # --- assertion helpers used by check bodies ---------------------------------------------
 
 
-def expect(condition: bool, message: str, hint: str | None = None) -> None:
-    """Fail the check with ``message`` unless ``condition`` holds."""
+def expect(condition: bool, message: str, hint: str | None = None, prop: str | None = None) -> None:
+    """Fail the check with ``message`` unless ``condition`` holds; ``prop``: the property the
+    failure breaks, which :class:`CheckFailure` names in the message."""
     if not condition:
-        raise CheckFailure(message, hint)
+        raise CheckFailure(message, hint, prop=prop)

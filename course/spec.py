@@ -450,7 +450,7 @@ def _judged(item: Property, case: Case, got: Any, expected: Any, seen: Any) -> N
     except prop.CheckFailure as failure:
         if failure.prop is not None:
             raise
-        named = violated(failure.message.rstrip().rstrip("."), "", item.name, failure.hint)
+        named = prop.CheckFailure(failure.message, failure.hint, prop=item.name)
         named.mistake = failure.mistake
         raise named from None
 
