@@ -87,11 +87,11 @@ def test_every_exercise_check_is_a_declared_spec() -> None:
 
 
 def test_no_check_types_the_words_of_a_violated_property() -> None:
-    """The checks pass a failure its property (``expect(..., prop=...)``, ``CheckFailure(...,
+    """The checks and the shared properties pass a failure its property (``expect(..., prop=...)``, ``CheckFailure(...,
     prop=...)``, a ``Property``'s name); the words "the property violated:" are written by
     course.failure alone, so no check's text can drift from the property it records."""
     typed = []
-    for path in sorted((COURSE / "checks").glob("*.py")):
+    for path in sorted([*(COURSE / "checks").glob("*.py"), *(COURSE / "properties").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if "violated:" in node.value.lower() or node.value.lower().endswith("violated"):
