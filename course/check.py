@@ -129,7 +129,14 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
             failure = depends_on_earlier_calls(
                 changed, "the check's second run got another result than its first"
             )
-            return CheckResult(check.exercise, check.title, FAILED, failure.message, failure.hint)
+            return CheckResult(
+                check.exercise,
+                check.title,
+                FAILED,
+                failure.message,
+                failure.hint,
+                prop=failure.prop,
+            )
         raise ReplayDisagrees(
             f"{check.exercise}: the notebook says {local.status} ({local.message!r}) "
             f"but the trusted replay says {replayed.status} ({replayed.message!r})"

@@ -62,9 +62,10 @@ def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:
     a module): ``against`` says which two results of the same inputs differed."""
     return CheckFailure(
         f"{what}: your code gives different results on repeated calls with the same inputs "
-        f"({against}). The property violated: the result depends only on the inputs.",
+        f"({against})",
         "Keep nothing between calls (no cache, counter or mask stored in a global, on the "
         "function or on the module); compute everything from the arguments of this call.",
+        prop="the result depends only on the inputs",
     )
 
 

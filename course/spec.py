@@ -248,7 +248,7 @@ def _told(what: str, run: Callable[..., Any], /, **kwargs: Any) -> Any:
         moved = "BatchNotMoved" in error.error_type.split(",")
         message, hint = (NOT_MOVED, NOT_MOVED_HINT) if moved else (error.message, None)
         told = message if what in message else f"on {what}, {message}"  # the case named once
-        raise prop.CheckFailure(told, hint) from None
+        raise prop.CheckFailure(told, hint, prop="device" if moved else None) from None
 
 
 # --- the runner: functions ------------------------------------------------------------------
