@@ -147,7 +147,14 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
             failure = depends_on_earlier_calls(
                 changed, "the check's second run got another result than its first"
             )
-            return CheckResult(check.exercise, check.title, FAILED, failure.message, failure.hint)
+            return CheckResult(
+                check.exercise,
+                check.title,
+                FAILED,
+                failure.message,
+                failure.hint,
+                prop=failure.prop,
+            )
         raise ReplayDisagrees(
             f"{check.exercise}: the notebook says {local.status} ({local.message!r}) "
             f"but the trusted replay says {replayed.status} ({replayed.message!r})"
@@ -221,7 +228,8 @@ def replay(
 # --- assertion helpers used by check bodies ---------------------------------------------
 
 
-def expect(condition: bool, message: str, hint: str | None = None) -> None:
-    """Fail the check with ``message`` unless ``condition`` holds."""
+def expect(condition: bool, message: str, hint: str | None = None, prop: str | None = None) -> None:
+    """Fail the check with ``message`` unless ``condition`` holds; ``prop``: the property the
+    failure breaks, which :class:`CheckFailure` names in the message."""
     if not condition:
-        raise CheckFailure(message, hint)
+        raise CheckFailure(message, hint, prop=prop)

@@ -14,7 +14,9 @@ class CheckFailure(Exception):
     """Raised *inside* a check body when the student's result is wrong. Besides the words, as
     data for grading records: ``prop``, the property violated (what the message names after
     "the property violated:"), and ``mistake``, the name of the known mistake the result is
-    (a spec's ``mistakes``), or None."""
+    (a spec's ``mistakes``), or None. Given ``prop``, a message that names no property gets
+    "(the property violated: ``prop``)." composed here, the one place those words are
+    written: a check says what happened and which property it breaks, never the phrase."""
 
     def __init__(
         self,
@@ -24,6 +26,8 @@ class CheckFailure(Exception):
         prop: str | None = None,
         mistake: str | None = None,
     ):
+        if prop is not None and _named_property(message) is None:
+            message = f"{message.rstrip().rstrip('.')}{VIOLATED}{prop})."
         super().__init__(message)
         self.message = message
         self.hint = hint
@@ -50,8 +54,7 @@ def _named_property(message: str) -> str | None:
 def violated(what: str, symptom: str, prop: str, hint: str | None = None) -> CheckFailure:
     """The failure of one property on one case, composed the same way everywhere: "``what``
     ``symptom`` (the property violated: ``prop``)", the property kept as data."""
-    said = f"{what} {symptom}" if symptom else what
-    return CheckFailure(f"{said}{VIOLATED}{prop}).", hint, prop=prop)
+    return CheckFailure(f"{what} {symptom}" if symptom else what, hint, prop=prop)
 
 
 def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:
@@ -59,9 +62,10 @@ def depends_on_earlier_calls(what: str, against: str) -> CheckFailure:
     a module): ``against`` says which two results of the same inputs differed."""
     return CheckFailure(
         f"{what}: your code gives different results on repeated calls with the same inputs "
-        f"({against}). The property violated: the result depends only on the inputs.",
+        f"({against})",
         "Keep nothing between calls (no cache, counter or mask stored in a global, on the "
         "function or on the module); compute everything from the arguments of this call.",
+        prop="the result depends only on the inputs",
     )
 
 

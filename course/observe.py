@@ -404,7 +404,7 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
     return _raise_or_return(observation)
 
 
-def side_effect(message: str, hint: str | None = None) -> None:
+def side_effect(message: str, hint: str | None = None, *, prop: str | None = None) -> None:
     """A side effect of the student's code that only its own process saw (global state or the
     global generator changed, an input overwritten in place): a failure, or, in a session whose
     side effects are ``REPORTED`` (grading: the probe and the grader's replay alike, so that
@@ -413,12 +413,13 @@ def side_effect(message: str, hint: str | None = None) -> None:
     Any observer inside the student's process can be bent (a rebound function, ``gc``,
     ``ctypes``): a "clean" report proves nothing there, so a violation reported must cost no
     more than one hidden would. The row says what was seen and not graded."""
+    failure = CheckFailure(message, hint, prop=prop)  # its words, the property's included
     state = _session
     if state.effects == REPORTED:
-        if message not in state.notes:
-            state.notes.append(message)
+        if failure.message not in state.notes:
+            state.notes.append(failure.message)
         return
-    raise CheckFailure(message, hint)
+    raise failure
 
 
 def _raise_or_return(observation: Observation) -> Any:
@@ -426,9 +427,10 @@ def _raise_or_return(observation: Observation) -> Any:
         changed = "; ".join(_STATE_MESSAGES.get(e, e) for e in observation.side_effects)
         side_effect(
             f"{observation.what}: your code {changed}. A function must leave global state as it "
-            "found it (the property violated: global state unchanged).",
+            "found it.",
             "Use context managers (`with torch.no_grad():`) rather than global switches, and "
             "draw random numbers only where the exercise asks for randomness.",
+            prop="global state unchanged",
         )
     if observation.kind == "not_implemented":
         raise NotImplementedError

@@ -249,7 +249,7 @@ def _told(what: str, run: Callable[..., Any], /, **kwargs: Any) -> Any:
         moved = "BatchNotMoved" in error.error_type.split(",")
         message, hint = (NOT_MOVED, NOT_MOVED_HINT) if moved else (error.message, None)
         told = message if what in message else f"on {what}, {message}"  # the case named once
-        raise prop.CheckFailure(told, hint) from None
+        raise prop.CheckFailure(told, hint, prop="device" if moved else None) from None
 
 
 # --- the runner: functions ------------------------------------------------------------------
@@ -451,7 +451,7 @@ def _judged(item: Property, case: Case, got: Any, expected: Any, seen: Any) -> N
     except prop.CheckFailure as failure:
         if failure.prop is not None:
             raise
-        named = violated(failure.message.rstrip().rstrip("."), "", item.name, failure.hint)
+        named = prop.CheckFailure(failure.message, failure.hint, prop=item.name)
         named.mistake = failure.mistake
         raise named from None
 

@@ -199,9 +199,9 @@ class BatchNotMoved(RuntimeError):
 
 
 NOT_MOVED = (  # the device property's failure where a BatchNotMoved was raised
-    "a tensor of the batch was used where it came from, not moved to the model's device. The "
-    "property violated: device (the check hands over batches that act as if they lived on "
-    "another device; on a GPU this fails with 'Expected all tensors to be on the same device')."
+    "a tensor of the batch was used where it came from, not moved to the model's device: the "
+    "check hands over batches that act as if they lived on another device, and on a GPU this "
+    "fails with 'Expected all tensors to be on the same device'"
 )
 NOT_MOVED_HINT = "Move every tensor of a batch to the model's device before the forward pass."
 

@@ -189,3 +189,18 @@ def test_touching_a_student_object_outside_observe_is_a_check_error():
     _, record = probe(careless_check, lambda x: x)
     result = replay(careless_check, record)
     assert result.status == ERROR and "outside observe" in result.message
+
+
+def test_a_failure_given_its_property_names_it_in_words_once():
+    """A check says what happened and passes the property as data; the words "(the property
+    violated: ...)" are composed in one place, and never twice."""
+    from course.check import CheckFailure, expect
+
+    with pytest.raises(CheckFailure) as raised:
+        expect(False, "row 2 is not zero.", "a hint", "the padding row is zero")
+    failure = raised.value
+    assert failure.message == "row 2 is not zero (the property violated: the padding row is zero)."
+    assert (failure.prop, failure.hint) == ("the padding row is zero", "a hint")
+    named = CheckFailure(failure.message, prop="another property")
+    assert named.message == failure.message and named.message.count("violated") == 1
+    assert CheckFailure("row 2 is not zero").prop is None

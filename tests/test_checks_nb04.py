@@ -653,6 +653,39 @@ def rope_in_place(x, positions=None, base=10000.0):
     return x
 
 
+class _Frequencies(nn.Module):
+    """The angles' frequencies held as a frozen parameter, as lucidrains' rotary-embedding-torch
+    holds them: a module whose parameter must follow the input to its device."""
+
+    def __init__(self, dim, base):
+        super().__init__()
+        theta = base ** (-torch.arange(0, dim, 2).double() / dim)
+        self.freqs = nn.Parameter(theta, requires_grad=False)
+
+    def forward(self, positions):
+        return positions.double().unsqueeze(-1) * self.freqs
+
+
+def _rope_with_module(x, positions, base, move):
+    if positions is None:
+        positions = torch.arange(x.shape[-2], device=x.device)
+    freqs = _Frequencies(x.shape[-1], base)
+    angle = (freqs.to(x.device) if move else freqs)(positions)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def rope_module_moved(x, positions=None, base=10000.0):
+    """Right: the frequencies' module moved with ``.to(x.device)``, which a GPU accepts."""
+    return _rope_with_module(x, positions, base, move=True)
+
+
+def rope_module_left_behind(x, positions=None, base=10000.0):
+    """The frequencies' module left on the CPU: a GPU input fails there."""
+    return _rope_with_module(x, positions, base, move=False)
+
+
 def rope_default_float64(x, positions=None, base=10000.0):
     torch.set_default_dtype(torch.float64)
     return rope_correct(x, positions, base)
@@ -700,13 +733,15 @@ ROPE_WRONG = {
     "torch.outer fails on (B, L) positions (shapes)": (rope_outer, "(B, L) positions"),
     "first row of (B, L) positions only (shapes)": (rope_flattened_positions, "(B, L)"),
     "torch.arange(L) without a device (device)": (rope_cpu_positions, "device"),
+    "a module of parameters left on the CPU (device)": (rope_module_left_behind, "device"),
     "default dtype left at float64 (global state)": (rope_default_float64, "global state"),
 }
 
 
 @pytest.mark.parametrize(
     "right",
-    [rope_correct, rope_complex, rope_einsum, rope_in_place],  # 4.4's text lets x change
+    # 4.4's text lets x change; a module of parameters moved with .to(x.device) is right
+    [rope_correct, rope_complex, rope_einsum, rope_in_place, rope_module_moved],
     ids=lambda f: f.__name__,
 )
 def test_rope_right_passes(right):

@@ -1,5 +1,6 @@
 """The package's shape: no import circle in ``course/``; every exercise check is a spec or says
-why not; checking code is counted by one rule (:func:`checking_lines`). No line cap: what is
+why not; no check types the words of a violated property (``CheckFailure`` composes them from
+the property it is given); checking code is counted by one rule (:func:`checking_lines`). No line cap: what is
 measured is what a newcomer reads to add one exercise (CONTRIBUTING), not the total."""
 
 from __future__ import annotations
@@ -83,6 +84,19 @@ def test_every_exercise_check_is_a_declared_spec() -> None:
                 if not hasattr(value, "spec"):
                     missing.append(f"{path.stem}.{name}")
     assert not missing, missing
+
+
+def test_no_check_types_the_words_of_a_violated_property() -> None:
+    """The checks and the shared properties pass a failure its property (``expect(..., prop=...)``, ``CheckFailure(...,
+    prop=...)``, a ``Property``'s name); the words "the property violated:" are written by
+    course.failure alone, so no check's text can drift from the property it records."""
+    typed = []
+    for path in sorted([*(COURSE / "checks").glob("*.py"), *(COURSE / "properties").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if "violated:" in node.value.lower() or node.value.lower().endswith("violated"):
+                    typed.append(f"{path.name}:{node.lineno}: {node.value[:60]!r}")
+    assert not typed, typed
 
 
 def checking_lines() -> dict[str, int]:

@@ -181,9 +181,9 @@ def _initial_table(case: Any, got: Any, expected: Any, table: Any) -> None:
     for row in zero:
         expect(
             bool((table[row] == 0).all()),
-            f"{made}: row {row} (the padding row) of the table is not all zeros after "
-            "__init__ (the property violated: the padding row is zero).",
+            f"{made}: row {row} (the padding row) of the table is not all zeros after __init__",
             "Re-initialising the table overwrites every row, the padding row included.",
+            "the padding row is zero",
         )
     keep = [r for r in range(table.size(0)) if r not in zero]
     rows = table[keep]
@@ -193,8 +193,9 @@ def _initial_table(case: Any, got: Any, expected: Any, table: Any) -> None:
         len(odd) == 0,
         f"{made}: row {keep[int(odd[0])] if len(odd) else 0} of the table has std "
         f"{spread[int(odd[0]) if len(odd) else 0].item() * sigma:.3g}, expected {sigma:.3g} "
-        "like every row (the property violated: the initial distribution, row by row).",
+        "like every row",
         hint,
+        "the initial distribution, row by row",
     )
     n, mean, pooled = rows.numel(), rows.mean().item(), rows.std().item()
     if n < 5_000:  # the normal approximations below hold for large tables only: a table
@@ -210,8 +211,9 @@ def _initial_table(case: Any, got: Any, expected: Any, table: Any) -> None:
         f"{made}: the table's entries have mean {mean:.3g}, std {pooled:.3g}, excess "
         f"kurtosis {kurtosis:.2f} and neighbouring rows correlate {neighbours:.2f}; the "
         f"exercise asks for every entry drawn from N(0, {sigma:.3g}^2) on its own (mean "
-        "0, kurtosis 0, no correlation; the property violated: the initial distribution).",
+        "0, kurtosis 0, no correlation)",
         hint,
+        "the initial distribution",
     )
 
 

@@ -138,8 +138,8 @@ def _long_judge(case: Any, got: Any, expected: Any, tables: list[Any]) -> None:
         what = f"sinusoidal_table({n}, {d})"
         expect(
             isinstance(table, torch.Tensor) and table.dtype == torch.float32,
-            f"{what} is {getattr(table, 'dtype', prop.a_type(table))}, expected a float32 tensor "
-            "(the property violated: the stated dtype).",
+            f"{what} is {getattr(table, 'dtype', prop.a_type(table))}, expected a float32 tensor",
+            prop="the stated dtype",
         )
         truth = sinusoid_table(n, d)
         _rows_close(table, truth, what, "Positions start at 0 and run to max_len - 1.")
@@ -205,16 +205,16 @@ def _buffer_judge(case: Any, got: Any, expected: Any, seen: dict[str, Any]) -> N
     expect(
         "pe" in seen["buffers"],
         f"the module has no buffer `pe` (buffers: {seen['buffers'] or 'none'}), so "
-        ".to(device) and .double() would not move the table (the property violated: the "
-        "table is a buffer).",
+        ".to(device) and .double() would not move the table",
         ENCODING_HINT,
+        "the table is a buffer",
     )
     expect(
         not seen["saved"],
         f"the module saves `{seen['saved'][0] if seen['saved'] else ''}` in its state_dict, "
-        "so in every checkpoint; the table is a formula, rebuilt in __init__ (the property "
-        "violated: a non-persistent buffer).",
+        "so in every checkpoint; the table is a formula, rebuilt in __init__",
         ENCODING_HINT,
+        "a non-persistent buffer",
     )
 
 
@@ -433,16 +433,16 @@ def _rotation(case: Any, got: torch.Tensor, expected: torch.Tensor, seen: Any) -
     expect(
         torch.allclose(norms, before, atol=1e-4, rtol=1e-4),
         f"on {case.what}, the vector norms changed: the vector at index {at} has norm "
-        f"{norms[at].item():.6g}, the input's {before[at].item():.6g} (the property violated: "
-        "a rotation keeps every length).",
+        f"{norms[at].item():.6g}, the input's {before[at].item():.6g}",
         ROPE_HINT,
+        "a rotation keeps every length",
     )
     if case.inputs.get("positions") is None:
         expect(
             torch.allclose(got[..., 0, :].double(), x[..., 0, :], **bound),
-            f"on {case.what}, the vectors at position 0 changed (the property violated: "
-            "angle 0 at position 0, positions count from 0).",
+            f"on {case.what}, the vectors at position 0 changed",
             ROPE_HINT,
+            "angle 0 at position 0, positions count from 0",
         )
 
 

@@ -96,54 +96,53 @@ def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> Non
     what, ids, special, masked, labels, _ = _masking_parts(case, got)
     vocab = case.inputs["vocab_size"]
     selected, p = labels != IGNORE_INDEX, case.inputs.get("mlm_probability", 0.15)
+    selection = "each ordinary token is selected with probability mlm_probability"
     exact = (
         [  # the ends of the probability: no draw decides there
             (
                 selected,
-                "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l}). "
-                "The property violated: each ordinary token is selected with probability "
-                "mlm_probability, here never.",
+                "mlm_probability=0, yet the token at {at} (id {o}) was selected (label {l})",
+                f"{selection}, here never",
             )
         ]
         if p == 0
         else [
             (
                 ~special & ~selected,
-                "mlm_probability=1, yet the ordinary token at {at} (id {o}) was "
-                "not selected. The property violated: each ordinary token is selected with probability "
-                "mlm_probability, here always.",
+                "mlm_probability=1, yet the ordinary token at {at} (id {o}) was not selected",
+                f"{selection}, here always",
             )
         ]
         if p == 1
         else []
     )
     rule = "Select with exactly the probability given; add no rule of your own around it."
-    for bad, message, hint in (
-        *((bad, message, rule) for bad, message in exact),
+    for bad, message, hint, violated in (
+        *((bad, message, rule, violated) for bad, message, violated in exact),
         (
             special & (selected | (masked != ids)),
             "a special or padding token (id {o}) at {at} was selected or changed (label {l}, "
-            "id after masking {m}). The property violated: special and padding tokens are never "
-            "selected.",
+            "id after masking {m})",
             "`special_tokens_mask` marks the positions whose selection probability is zero.",
+            "special and padding tokens are never selected",
         ),
         (
             selected & (labels != ids),
-            "label {l} at {at}; a label is -100 (not selected) or the ORIGINAL id {o} (selected). "
-            "The property violated: labels hold the original ids.",
+            "label {l} at {at}; a label is -100 (not selected) or the ORIGINAL id {o} (selected)",
             "The labels are what the model must recover: take them before replacing anything.",
+            "labels hold the original ids",
         ),
         (
             ~selected & (masked != ids),
-            "the token at {at} was replaced (id {o} -> {m}) but its label is -100. The property "
-            "violated: only selected tokens are replaced.",
+            "the token at {at} was replaced (id {o} -> {m}) but its label is -100",
             "The replacements happen inside the selected positions only.",
+            "only selected tokens are replaced",
         ),
         (
             (masked < 0) | (masked >= vocab),
-            "id {m} at {at} is outside the vocabulary [0, vocab_size={v}). The property "
-            "violated: random ids are drawn from [0, vocab_size).",
+            "id {m} at {at} is outside the vocabulary [0, vocab_size={v})",
             "Random ids are drawn from the whole vocabulary, 0 to vocab_size - 1.",
+            "random ids are drawn from [0, vocab_size)",
         ),
     ):
         if bad.any():
@@ -152,7 +151,7 @@ def _expect_mlm_invariants(case: Any, got: Any, expected: Any, seen: Any) -> Non
             text = message.format(
                 o=int(ids[r, c]), at=at, l=int(labels[r, c]), m=int(masked[r, c]), v=vocab
             )
-            raise CheckFailure(f"{what}: {text}", hint)
+            raise CheckFailure(f"{what}: {text}", hint, prop=violated)
 
 
 def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> None:
@@ -168,19 +167,20 @@ def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> Non
         not alarm(normal_p(z)),
         f"{what}: {100 * k / n:.2f}% of the {n} ordinary tokens were selected (label not -100), "
         f"expected {100 * p:g}% ({z:+.1f} standard errors; a right implementation is that far "
-        f"off with probability < {FALSE_ALARM:g}). The property violated: selection with "
-        "probability `mlm_probability`.",
+        f"off with probability < {FALSE_ALARM:g})",
         "Each ordinary token is selected with probability `mlm_probability`, the argument.",
+        "selection with probability `mlm_probability`",
     )
-    independent = "The property violated: each ordinary token is selected independently"
+    independent = "each ordinary token is selected independently"
     for group, dim in (("row", 1), ("position", 0)):
         p_value, spread = dispersion_p(selected.sum(dim), ordinary.sum(dim))
         expect(
             not alarm(p_value),
             f"{what}: the number of tokens selected per {group} varies {spread} than "
-            f"independent draws allow (p = {p_value:.1e}). {independent} (not a fixed count per "
-            "row, not the same positions in every row).",
+            f"independent draws allow (p = {p_value:.1e}): not a fixed count per row, not the "
+            "same positions in every row",
             "One independent draw per token (a tensor of probabilities), nothing shared.",
+            independent,
         )
     pairs = ordinary[:, 1:] & ordinary[:, :-1]
     s = selected.double() - p
@@ -188,8 +188,9 @@ def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> Non
     expect(
         not alarm(normal_p(z)),
         f"{what}: neighbouring tokens are selected together {'more' if z > 0 else 'less'} often "
-        f"than independent draws allow ({z:+.1f} standard errors). {independent} (no spans).",
+        f"than independent draws allow ({z:+.1f} standard errors): no spans",
         "One independent draw per token, nothing shared between neighbours.",
+        independent,
     )
     to_mask, kept = selected & (masked == mask_id), selected & (masked == ids)
     # a random id equal to [MASK] or to the original is seen as masked or kept: 1 in vocab each
@@ -204,18 +205,18 @@ def _expect_mlm_statistics(case: Any, got: Any, expected: Any, seen: Any) -> Non
             not alarm(normal_p(z)),
             f"{what}: of the {k} selected tokens, "
             + ", ".join(f"{100 * int(c.sum()) / k:.2f}% {w}" for w, c, _ in shares)
-            + f"; expected 80% / 10% / 10% ('{label}' is {z:+.1f} standard errors off). The "
-            "property violated: 80% [MASK], 10% a random id, 10% unchanged, of the SELECTED.",
+            + f"; expected 80% / 10% / 10% ('{label}' is {z:+.1f} standard errors off)",
             "The three shares are of the selected tokens: after the 80% that become [MASK], "
             "the remaining 20% split into two halves.",
+            "80% [MASK], 10% a random id, 10% unchanged, of the SELECTED",
         )
     p_value, spread = dispersion_p(to_mask.sum(1), selected.sum(1))
     expect(
         not alarm(p_value),
         f"{what}: the share of selected tokens that became [MASK] varies {spread} from row to "
-        f"row than independent draws allow (p = {p_value:.1e}). The property violated: each "
-        "selected token's 80/10/10 decision is drawn independently.",
+        f"row than independent draws allow (p = {p_value:.1e})",
         "One independent draw per token for the 80/10/10 decision too.",
+        "each selected token's 80/10/10 decision is drawn independently",
     )
 
 
@@ -231,10 +232,11 @@ def _expect_mlm_id_range(case: Any, got: Any, expected: Any, seen: Any) -> None:
     expect(
         not missing,
         f"{what}: among {int(visible.sum())} random replacements, the ids "
-        f"{missing[:8]} never appear. The property violated: random ids are drawn uniformly "
-        f"from [0, vocab_size={case.inputs['vocab_size']}), every id, special ones included.",
+        f"{missing[:8]} never appear",
         "Draw random ids from the whole vocabulary, 0 to vocab_size - 1 (torch's upper bound "
         "is exclusive).",
+        f"random ids are drawn uniformly from [0, vocab_size={case.inputs['vocab_size']}), "
+        "every id, special ones included",
     )
 
 

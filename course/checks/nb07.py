@@ -161,8 +161,9 @@ def _encoding_untouched(case: Case, got: Any, expected: Any, after: Any) -> None
         same(after, before),
         f"align_labels on {case.what}: your code changed `encoding` in place (entries now "
         f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
-        f"{sorted(before)}). The property violated: inputs untouched; the caller still needs it.",
+        f"{sorted(before)}); the caller still needs it",
         "Build the result in a new list or tensor; read the arguments only.",
+        "inputs untouched",
     )
 
 
@@ -268,8 +269,9 @@ def _word_story(case: Case, got: Any, expected: list[int], seen: Any) -> None:
     )
     raise CheckFailure(
         f"word_predictions on {case.what}: word {wrong} got {mine!r} ({source}), expected "
-        f"{want!r} ({should}) (the property violated: {rule}).",
+        f"{want!r} ({should})",
         case.hint,
+        prop=rule,
     )
 
 

@@ -181,24 +181,34 @@ def _kept_set(case: Case, got: torch.Tensor, expected: Any, observed: Any) -> No
     )
     expect(
         not bool(torch.isnan(got).any()) and not bool(torch.isposinf(got).any()),
-        f"{what} contains NaN or +inf (the property violated: numeric range).",
+        f"{what} contains NaN or +inf",
         "Probabilities from large logits need a stable softmax (torch.softmax), not exp.",
+        "numeric range",
     )
     keep, undecided, scaled = _kept(logits, filters)
     mine = ~torch.isneginf(got)
     if not torch.equal(mine & ~undecided, keep & ~undecided):
-        raise CheckFailure(f"{what}: {_kept_story(mine, keep, scaled, filters)}")
-    prop.expect_result(
-        got[mine],
-        scaled[mine].to(logits.dtype),
-        f"the kept logits of {what} (the property violated: a kept logit is logit / temperature)",
-        "Divide by the temperature once, before filtering; leave kept logits otherwise as they "
-        "are (no renormalising, no softmax).",
-    )
+        story, rule = _kept_story(mine, keep, scaled, filters)
+        raise CheckFailure(f"{what}: {story}", prop=rule)
+    try:
+        prop.expect_result(
+            got[mine],
+            scaled[mine].to(logits.dtype),
+            f"the kept logits of {what}",
+            "Divide by the temperature once, before filtering; leave kept logits otherwise as "
+            "they are (no renormalising, no softmax).",
+        )
+    except CheckFailure as failure:
+        if failure.prop is not None:  # a dtype: the stated one
+            raise
+        rule = "a kept logit is logit / temperature"
+        raise CheckFailure(failure.message, failure.hint, prop=rule) from None
 
 
-def _kept_story(mine: torch.Tensor, keep: torch.Tensor, scaled: torch.Tensor, filters: dict) -> str:
-    """Which part of the definition the first wrong row breaks, in words."""
+def _kept_story(
+    mine: torch.Tensor, keep: torch.Tensor, scaled: torch.Tensor, filters: dict
+) -> tuple[str, str]:
+    """What the first wrong row keeps, and the part of the definition it breaks, in words."""
     mine, keep = mine.reshape(-1, mine.size(-1)), keep.reshape(-1, keep.size(-1))
     row = int((mine != keep).any(-1).nonzero()[0])
     g, logits = mine[row], scaled.reshape(-1, scaled.size(-1))[row]
@@ -206,7 +216,9 @@ def _kept_story(mine: torch.Tensor, keep: torch.Tensor, scaled: torch.Tensor, fi
     story = f"row {row} keeps {int(g.sum())} tokens, the definition keeps {int(keep[row].sum())}"
     cut = top_k is not None and top_k < logits.numel()
     if top_p is None and not cut:
-        return f"{story}: with no top-k smaller than the vocabulary every token stays."
+        return f"{story}: with no top-k smaller than the vocabulary every token stays", (
+            "the kept set"
+        )
     rule = "top-k keeps every logit at least as large as the k-th largest, ties with it included"
     if top_p is not None:
         allowed = logits >= logits.topk(top_k).values[-1] if cut else torch.ones_like(g)
@@ -224,7 +236,7 @@ def _kept_story(mine: torch.Tensor, keep: torch.Tensor, scaled: torch.Tensor, fi
             story += f": without its least probable token the kept set still holds {rest:.4f}"
             story += f" >= top_p={top_p}"
             rule = "the smallest set of most probable tokens"
-    return f"{story} (the property violated: {rule})."
+    return story, rule
 
 
 filter_logits = check(
@@ -346,11 +358,11 @@ def _continued(case: Case, got: list, expected: list, observed: Any) -> None:
             mine == want,
             f"sample on {case.what}: row {r} (prompt {case.inputs['prompts'][r]}) gave {mine}, "
             f"expected {want}: only the most probable token survives the filter, so the result "
-            "is fixed (the property violated: each row continues its own prompt, with its own "
-            "positions and no padding seen, stops after its eos, and only new tokens are "
-            "returned).",
+            "is fixed",
             "Look at which position's logits you read for each row, whether padding reaches "
             "the model, and whether the filter arguments reach filter_logits.",
+            "each row continues its own prompt, with its own positions and no padding seen, "
+            "stops after its eos, and only new tokens are returned",
         )
 
 
@@ -366,26 +378,27 @@ def _draws(case: Case, got: Any, expected: Any, again: Any) -> None:
     expect(
         type(got) is list and len(got) == len(inputs["prompts"]),
         f"{what} returned {a_type(got)}, but the exercise text says a list with one list of "
-        "new tokens per prompt (the property violated: the stated return type).",
+        "new tokens per prompt",
+        prop="the stated return type",
     )
     for r, row in enumerate(got):
         expect(
             type(row) is list and all(type(t) is int for t in row),
-            f"{what}: row {r} is {a_type(row)}, not a list of ints (the property violated: "
-            "the stated return type).",
+            f"{what}: row {r} is {a_type(row)}, not a list of ints",
             "Convert with .tolist() and return only the new tokens of each row.",
+            "the stated return type",
         )
         expect(
             len(row) <= limit and eos not in row[:-1] and inputs["pad_id"] not in row,
-            f"{what}: row {r} has {len(row)} tokens and goes on after its eos or holds padding "
-            f"(the property violated: a row stops after its eos ({eos}), kept, nothing after; "
-            f"at most max_new_tokens={limit}; only new tokens).",
+            f"{what}: row {r} has {len(row)} tokens and goes on after its eos or holds padding",
             "Keep a per-row flag `finished`; a finished row gets no more tokens in the result.",
+            f"a row stops after its eos ({eos}), kept, nothing after; at most "
+            f"max_new_tokens={limit}; only new tokens",
         )
         expect(
             len(row) == limit or (row and row[-1] == eos),
-            f"{what}: row {r} stopped after {len(row)} new tokens without an eos (the property "
-            f"violated: a row ends at its eos or after max_new_tokens={limit}, never earlier).",
+            f"{what}: row {r} stopped after {len(row)} new tokens without an eos",
+            prop=f"a row ends at its eos or after max_new_tokens={limit}, never earlier",
         )
     with torch.no_grad():
         logits = inputs["model"](torch.tensor([inputs["prompts"][0]]))[0, -1]
@@ -397,26 +410,27 @@ def _draws(case: Case, got: Any, expected: Any, again: Any) -> None:
     expect(
         not bool(outside.any()),
         f"{what}: tokens {outside.nonzero().flatten().tolist()} were drawn, but the filter "
-        "removes them (the property violated: draws follow softmax(filtered logits)).",
+        "removes them",
         "Pass **filter_args on to filter_logits before the softmax.",
+        "draws follow softmax(filtered logits)",
     )
     sigma = (probs * (1 - probs) / len(got)).sqrt()
     worst = int(((freq - probs).abs() - 5 * sigma).argmax())
     expect(
         float((freq - probs).abs()[worst]) <= 5 * float(sigma[worst]) + 0.01,
         f"{what}: token {worst} was drawn in {float(freq[worst]):.1%} of the rows, but its "
-        f"probability is {float(probs[worst]):.1%} (the property violated: draws follow "
-        "softmax(filtered logits)).",
+        f"probability is {float(probs[worst]):.1%}",
         "Sample (torch.multinomial) from the softmax of the filtered logits, at the last "
         "position of each row; do not take the argmax.",
+        "draws follow softmax(filtered logits)",
     )
     # Two seeds give the same rows by chance with probability (sum of p^2)^rows: judged only
     # where that is below 1e-9 (a distribution with one token near 1 decides nothing).
     expect(
         float((probs**2).sum()) ** len(got) >= 1e-9 or again != got,
-        f"{what}: generators with different seeds gave the same tokens (the property "
-        "violated: randomness only from the given generator).",
+        f"{what}: generators with different seeds gave the same tokens",
         "Pass the `generator` argument to torch.multinomial; do not make your own.",
+        "randomness only from the given generator",
     )
 
 

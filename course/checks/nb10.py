@@ -249,7 +249,7 @@ def lora_linear(student_class: Any) -> None:
                 "A and B are created on the base weight's device",
             ),
         ):
-            expect(right, f"{made}: {symptom} (the property violated: {violated}).", HINT)
+            expect(right, f"{made}: {symptom}", HINT, violated)
     spec.run_module(LORA, student_class)
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from course.check import CheckFailure, expect
-from course.failure import depends_on_earlier_calls
+from course.failure import VIOLATED, depends_on_earlier_calls
 from course.observe import (
     Absent,
     Foreign,
@@ -107,10 +107,10 @@ def call(
         label = f"`{named[key]}`" if key in named else f"its {ORDINALS[min(key, 7)]} argument"
         if not (old is None or same(old, new)):  # seen by the student's process alone
             side_effect(
-                f"{what}: your code changed {label} in place. The property violated: inputs "
-                "untouched; the caller still needs them.",
+                f"{what}: your code changed {label} in place; the caller still needs it",
                 "Compute into new tensors (x - m, not x -= m; torch.cat, not append) and copy a "
                 "list or dict before changing it.",
+                prop="inputs untouched",
             )
     return observed["result"]
 
@@ -263,9 +263,9 @@ def _expect_tensor(
     difference and where it is."""
     expect(
         got.dtype == expected.dtype,
-        f"{what} has dtype {got.dtype}, expected {expected.dtype} (the property violated: the "
-        "stated dtype).",
+        f"{what} has dtype {got.dtype}, expected {expected.dtype}",
         hint,
+        "the stated dtype",
     )
     if not values:  # a shape is judged with the values, after the exercise's own properties
         return
@@ -288,8 +288,9 @@ def _expect_tensor(
         first = tuple(int(i) for i in overflow.nonzero()[0])
         raise CheckFailure(
             f"{what} gives {got[first].item()} (inf or NaN) at index {first} where the reference "
-            f"is {expected[first].item():.6g} (the property violated: numeric range).",
+            f"is {expected[first].item():.6g}",
             hint,
+            prop="numeric range",
         )
     nan_mismatch = torch.isnan(got) != torch.isnan(expected)
     if nan_mismatch.any():
@@ -343,9 +344,9 @@ def expect_result(
             expect(
                 len(got) == len(expected),
                 f"{what} returned {len(got)} values, expected {len(expected)}: yours "
-                f"{shown(got)}, expected {shown(expected)}{where} (the property violated: the "
-                "stated result).",
+                f"{shown(got)}, expected {shown(expected)}{where}",
                 hint,
+                "the stated result",
             )
         for i, (mine, theirs) in enumerate(zip(got, expected, strict=False)):
             label = what if len(expected) == 1 else f"{what}, item {i}"
@@ -361,14 +362,16 @@ def expect_result(
         if missing:
             raise CheckFailure(
                 f"{what} has no entry {missing[0]!r} ({len(missing)} missing), expected "
-                f"{expected[missing[0]]!r} there (the property violated: the stated result).",
+                f"{expected[missing[0]]!r} there",
                 hint,
+                prop="the stated result",
             )
         if extra:
             raise CheckFailure(
                 f"{what} has an entry {extra[0]!r} = {got[extra[0]]!r} that should not be there "
-                f"({len(extra)} extra; the property violated: the stated result).",
+                f"({len(extra)} extra)",
                 hint,
+                prop="the stated result",
             )
         for name in expected:
             expect_result(got[name], expected[name], f"{what}[{name!r}]", hint, strict, values)
@@ -411,9 +414,9 @@ def _stated_type(
     """The stated return type: ``says`` is the type the exercise text states, in words."""
     expect(
         ok,
-        f"{what} returned {a_type(got)}, but the exercise text says {says} (the property "
-        f"violated: the stated return type{after}).",
+        f"{what} returned {a_type(got)}, but the exercise text says {says}{after}",
         hint,
+        "the stated return type",
     )
 
 
@@ -463,12 +466,12 @@ def expect_device(what: str, observed: dict[str, Any]) -> None:
     ):
         expect(
             right,
-            f"{what}: {symptom} (the property violated: device, the result must live on the "
-            "inputs' device).",
+            f"{what}: {symptom}",
             "Every tensor your code creates must live on the device of its inputs: "
             "`device=x.device`, `torch.zeros_like(x)`, `x.new_zeros(...)`; register tables as "
             "buffers so `.to(device)` moves them; never go through NumPy or `.cpu()` on the way "
             "to the output.",
+            "device, the result must live on the inputs' device",
         )
 
 
@@ -487,10 +490,10 @@ def expect_gradients(
             continue
         expect(
             isinstance(mine, torch.Tensor),
-            f"{what}: no gradient reaches `{name}` (the property violated: gradients, the result "
-            "must stay differentiable); training could not learn what produces it.",
+            f"{what}: no gradient reaches `{name}`: training could not learn what produces it",
             "Compute with differentiable torch operations; no .detach(), .item(), NumPy or "
             "torch.no_grad() on the way to the output.",
+            "gradients, the result must stay differentiable",
         )
         expect_result(mine, theirs, f"the gradient with respect to `{name}` ({what})")
 
@@ -513,9 +516,9 @@ def expect_parameters(
     expect(
         not extra,
         f"{what} has trainable parameters the exercise does not describe: "
-        f"{', '.join(f'`{n}`' for n in extra)} (the property violated: the parameters the text "
-        "names; an extra one would be trained too).",
+        f"{', '.join(f'`{n}`' for n in extra)}; an extra one would be trained too",
         hint or "Build only the layers the exercise describes; a fixed table is a buffer.",
+        "the parameters the text names",
     )
     for name, shape in declared.items():
         expect(
@@ -533,9 +536,9 @@ def expect_same_in_modes(what: str, train: Any, evaluation: Any, hint: str | Non
     except CheckFailure as failure:
         raise CheckFailure(
             f"{failure.message} Training mode changed the result although the exercise says it "
-            "changes nothing here (the property violated: training mode: a dropout or a random "
-            "draw the text does not describe).",
+            "changes nothing here: a dropout or a random draw the text does not describe",
             failure.hint,
+            prop="training mode",
         ) from None
 
 
@@ -544,10 +547,10 @@ def expect_modes_reach(what: str, modes_in_train: dict[str, bool]) -> None:
     stuck = [name for name, training in modes_in_train.items() if not training]
     expect(
         not stuck,
-        f"{what}: after .train(), {', '.join(f'`{n}`' for n in stuck)} stayed in eval mode (the "
-        "property violated: training mode, in every sub-module).",
+        f"{what}: after .train(), {', '.join(f'`{n}`' for n in stuck)} stayed in eval mode",
         "Register sub-modules as attributes (or nn.ModuleList), and never set `.training` by "
         "hand: .train() and .eval() must reach all of them.",
+        "training mode, in every sub-module",
     )
 
 
@@ -557,10 +560,10 @@ def expect_reproducible(what: str, second: Any, first: Any) -> None:
         expect_result(second, first, what)
     except CheckFailure as failure:
         raise CheckFailure(
-            f"{what}: two generators seeded alike gave different results ({failure.message}) "
-            "(the property violated: randomness only from the given generator).",
+            f"{what}: two generators seeded alike gave different results ({failure.message})",
             "Pass the generator to every random draw (`generator=`); never use torch's global "
             "random functions without it.",
+            prop="randomness only from the given generator",
         ) from None
 
 
@@ -593,11 +596,9 @@ def meanings(*items: tuple) -> list[dict[str, Any]]:
                 what = f"{label} on {case.what}"
                 expect_result(pick(got), pick(expected), what, case.hint, case.strict)
             except CheckFailure as failure:
-                if "(the property violated:" in failure.message:  # it names its own
+                if failure.prop is not None:  # it names its own
                     raise
-                raise CheckFailure(
-                    f"{failure.message} (the property violated: {text})", failure.hint
-                ) from None
+                raise CheckFailure(failure.message, failure.hint, prop=text) from None
 
         return judge
 
@@ -624,9 +625,10 @@ def overflow(name: str, arg: str, kept: Callable[[Any], Any] = lambda r: r) -> d
             raise CheckFailure(
                 f"{name} on {case.what} is wrong, yet right once each row's maximum is subtracted "
                 f"from `{arg}`, which changes no softmax: exp of values in the hundreds overflows "
-                "(inf / inf is NaN) (the property violated: numeric range).",
+                "(inf / inf is NaN)",
                 "Compute probabilities stably: subtract each row's maximum before exp, or use "
                 "torch.softmax, which does.",
+                prop="numeric range",
             )
 
     return {"observe": watch, "judge": judge, "applies": lambda c: c.inputs[arg].abs().max() > 80}
@@ -665,8 +667,9 @@ def refusal(
             expect(
                 not says_so or bool(str(observed["raised"]).strip()),
                 f"{what} raised a {error.__name__} with an empty message: the exercise text says "
-                "the error says so (the property violated: the error the text states).",
+                "the error says so",
                 hint,
+                "the error the text states",
             )
             return
         if "other" in observed:
@@ -675,9 +678,9 @@ def refusal(
             shape = observed.get("shape")
             done = "was accepted" + (f" and returned shape {shape}" if shape else "")
         raise CheckFailure(
-            f"{what} {done}: {message} The exercise text asks for a {error.__name__} (the "
-            "property violated: the error the text states).",
+            f"{what} {done}: {message} The exercise text asks for a {error.__name__}",
             hint,
+            prop="the error the text states",
         )
 
     return {"observe": watch, "judge": judge}
@@ -707,9 +710,9 @@ def stated_attributes(
             expect(
                 type(mine) is type(value) and mine == value,
                 f"{name}({', '.join(map(repr, case.build.values()))}): `{attribute}` is "
-                f"{mine!r}, expected {value!r}{zero} (the property violated: constructor "
-                "arguments honoured).",
+                f"{mine!r}, expected {value!r}{zero}",
                 hint,
+                "constructor arguments honoured",
             )
 
     return {"observe": fresh(read, "attributes after __init__"), "judge": judge}
@@ -751,10 +754,8 @@ def follows_double(name: str, params: Sequence[str], hint: str) -> dict[str, Cal
         try:
             expect_result(seen, widened(got), f"{name}.double() on {case.what}", hint, bound)
         except CheckFailure as failure:
-            raise CheckFailure(
-                f"{failure.message.split(' (the property violated')[0]} (the property "
-                "violated: the module follows .double(); its parameters decide the dtype).",
-                failure.hint,
-            ) from None
+            said = failure.message.split(VIOLATED)[0].rstrip(".")  # this property, not the value's
+            decide = f"{said}; its parameters decide the dtype"
+            raise CheckFailure(decide, failure.hint, prop="the module follows .double()") from None
 
     return {"observe": run, "judge": judge}

@@ -49,8 +49,7 @@ def blocked_get_zero(name: str, lost: str = "", heads: bool = False) -> dict[str
         raise CheckFailure(
             f"{name} on {case.what}: the {'padded' if mask.size(-2) == 1 else 'blocked'} key "
             f"position {index[-1]} received weight {weights[index].item():.3g} from query "
-            f"{index[-2]}{f' in head {index[1]}' if heads else ''} (index {index}); {reason} (the "
-            "property violated: the mask).",
+            f"{index[-2]}{f' in head {index[1]}' if heads else ''} (index {index}); {reason}",
             "A boolean mask is True where a query may attend (True = may attend), False where "
             "it may not."
             if inverted
@@ -59,6 +58,7 @@ def blocked_get_zero(name: str, lost: str = "", heads: bool = False) -> dict[str
             else ("One mask serves every head. " if heads else "")
             + "The exercise text says what a blocked score becomes, so that its weight is "
             "exactly 0" + (", and forward passes the mask on." if lost else "."),
+            prop="the mask",
         )
 
     return {"judge": judge}
@@ -87,9 +87,9 @@ def prefix_unchanged(owner: str, violated: str, hint: str | None = None) -> dict
             where = f"index {at}: yours {mine[at].item():.6g}, without them {alone[at].item():.6g}"
         raise CheckFailure(
             f"{owner} on {case.what}: {case.added} changed the outputs at "
-            f"{'position 0' if n == 1 else f'positions 0-{n - 1}'} (at {where}) (the property "
-            f"violated: {violated}).",
+            f"{'position 0' if n == 1 else f'positions 0-{n - 1}'} (at {where})",
             hint,
+            prop=violated,
         )
 
     return {"observe": watch, "judge": judge}

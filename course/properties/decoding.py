@@ -32,9 +32,9 @@ def encode_then_decode(hint: str | None = None) -> dict:
             and mask.shape == want.shape
             and torch.equal(mask, want),
             f"on {case.what}: encode(src_ids) should return, second, the source padding mask: "
-            f"boolean, shape {tuple(want.shape)}, True on real tokens (the property violated: "
-            "what encode returns).",
+            f"boolean, shape {tuple(want.shape)}, True on real tokens",
             hint,
+            "what encode returns",
         )
         logits, what = seen["logits"], f"decode(tgt_ids, *encode(src_ids)) on {case.what}"
         expect(
@@ -42,9 +42,10 @@ def encode_then_decode(hint: str | None = None) -> dict:
             and isinstance(got, torch.Tensor)
             and logits.shape == got.shape
             and torch.allclose(logits, got, **tolerance(got.dtype)),
-            f"{what} differs from forward(src_ids, tgt_ids) (the property violated: forward is "
-            "decode(tgt_ids, *encode(src_ids)), so that decoding step by step gives its logits).",
+            f"{what} differs from forward(src_ids, tgt_ids)",
             hint,
+            "forward is decode(tgt_ids, *encode(src_ids)), so that decoding step by step gives "
+            "its logits",
         )
 
     return {"observe": watch, "judge": judge}
@@ -66,24 +67,24 @@ def decoding_protocol(hint: str | None = None) -> dict:
         what = f"greedy_decode on {case.what}"
         expect(
             not seen["training"] and seen["in_training"] == 0,
-            f"{what} switched the model to training mode (the property violated: the model "
-            "stays in eval mode, as the text says).",
+            f"{what} switched the model to training mode",
             hint,
+            "the model stays in eval mode, as the text says",
         )
         expect(
             seen["without_mask"] == 0,
             f"{what} called model.decode without the memory_mask that encode returned, so the "
-            "decoder reads the source's padding (the property violated: decode gets the memory "
-            "and its mask).",
+            "decoder reads the source's padding",
             hint,
+            "decode gets the memory and its mask",
         )
         rows = case.inputs["src_ids"].shape[0]
         expect(
             seen["encodes"] == rows,
-            f"{what} encoded {seen['encodes']} source rows for a batch of {rows} (the property "
-            "violated: the source is encoded once, with model.encode; model.decode runs on the "
-            "growing target).",
+            f"{what} encoded {seen['encodes']} source rows for a batch of {rows}; model.decode "
+            "runs on the growing target",
             hint,
+            "the source is encoded once, with model.encode",
         )
 
     return {"observe": watch, "judge": judge}

@@ -84,8 +84,9 @@ def dropout_rate(dropped: torch.Tensor, p: float, what: str, hint: str | None = 
     expect(
         abs(count - n * p) <= bound,
         f"{what}: {count} of {n} entries were dropped ({count / n:.1%}), but dropout={p} drops "
-        f"{p:.0%} of them on average (the property violated: the dropout probability).",
+        f"{p:.0%} of them on average",
         hint,
+        "the dropout probability",
     )
 
 
@@ -120,9 +121,9 @@ def dropped_in_training(
         expect(
             right,
             f"{owner} on {case.what} in train() mode: with dropout=1.0 every dropout the text "
-            f"places drops everything, so the output should be {stated}.{mistake} (The property "
-            f"violated: {violated}.)",
+            f"places drops everything, so the output should be {stated}.{mistake}",
             hint,
+            violated,
         )
 
     return {"observe": watch, "judge": judge}
