@@ -166,3 +166,16 @@ def test_the_notebook_still_fails_a_side_effect():
     assert result.status == framework.FAILED and "global state" in result.message
     result = doubled(in_place, raise_on_failure=False)
     assert result.status == framework.FAILED and "inputs untouched" in result.message
+
+
+def test_a_checks_own_observation_of_an_input_changed_is_a_side_effect_too():
+    """7.1 observes the caller's encoding after the calls (it is not plain data): a change seen
+    there is one of the same family, said and not graded while grading, failed in the notebook."""
+    from course.checks import nb07
+    from tests.test_checks_nb07 import align_stores_labels_in_the_encoding as in_place_answer
+
+    result = _graded(nb07.align_labels, _probed(nb07.align_labels, in_place_answer))
+    assert result.status == framework.PASSED, result.report()
+    assert any("inputs untouched" in note for note in result.notes), result.notes
+    judged = nb07.align_labels(in_place_answer, raise_on_failure=False)
+    assert judged.status == framework.FAILED and "inputs untouched" in judged.message
