@@ -15,6 +15,8 @@ REPO   ?=
 SITE_DIR  ?= site
 SOLUTIONS ?= 1
 HUB       ?=
+# make test: pytest-xdist workers (auto: one per core, at most 4; each imports torch)
+TEST_JOBS ?= auto
 
 .DEFAULT_GOAL := help
 
@@ -60,8 +62,8 @@ check-samples: setup ## Run notebooks 06-10 as a laptop with no network and no d
 	  $(BIN)/python -m pytest solutions/06_*.ipynb solutions/07_*.ipynb solutions/08_*.ipynb solutions/09_*.ipynb solutions/10_*.ipynb \
 	  --nbval-lax --nbval-current-env -p no:cacheprovider
 
-test: setup ## Only the fast tests (no notebooks)
-	$(BIN)/python -m pytest tests -q -m "not slow"
+test: setup ## Only the fast tests (no notebooks), one worker per core (TEST_JOBS=1: in one process)
+	$(BIN)/python -m pytest tests -q -m "not slow" -n $(TEST_JOBS) --maxprocesses=4
 
 lint: setup ## Lint the package, the tests and the notebooks with ruff
 	$(BIN)/ruff check course tests solutions notebooks conftest.py

