@@ -14,8 +14,9 @@ earn exactly its point:
   newline: no control character reaches grades.csv, the feedback or the terminal;
 * a zip with two entries of one name (wrong first, right second, same time): the feedback says
   which entry was graded and a true reason;
-* ``z_victim`` followed by a zero-width space: told apart from ``z_victim`` in every output (no
-  row, file or section shows as the other), each keeping its point;
+* ``z_victim`` followed by a zero-width space, and ``z_victim`` with a Cyrillic ``i``: told
+  apart from ``z_victim`` in every output (no row, file or section shows as another), each
+  keeping its point;
 * ``ann;=1+1``: no formula where a spreadsheet splits on ``;``; its written answer holds a line
   ``## z_victim``, which opens no section of ``written/Question_0.2.md``;
 * a name holding U+2029: escaped in grades.csv, the feedback, the written answers and the log.
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EVIL = "evil\x1b[31m\nfake,40"
 ZIP_FOLDER = "a\x1b[2J\nb"
 POSER = "z_victim\u200b"  # shows as z_victim
+HOMOGLYPH = "z_v\u0456ctim"  # a Cyrillic i: shows as z_victim, and nothing in it is escaped
 SEMICOLON = "ann;=1+1"
 PARAGRAPH = "para\u2029graph"
 FORGED = "mine, in my own words\n## z_victim\nthe victim's answer, forged"
@@ -61,6 +63,7 @@ NAMES = {  # folder -> points its notebook earns (the controls, with a written a
     "@SUM(A1)": 1,
     EVIL: 1,
     POSER: 1,
+    HOMOGLYPH: 1,
     SEMICOLON: 1,
     PARAGRAPH: 1,
 }
@@ -185,8 +188,10 @@ def test_two_zip_entries_of_one_name_say_which_was_graded_and_why(graded):
 
 def test_names_that_show_alike_are_told_apart_in_every_output(graded):
     poser, victim = graded["keys"][POSER], graded["keys"]["z_victim"]
-    assert poser != victim and "z_victim" not in graded["rows"], sorted(graded["rows"])
-    for key in (poser, victim):
+    homoglyph = graded["keys"][HOMOGLYPH]
+    assert len({poser, victim, homoglyph}) == 3, (poser, victim, homoglyph)
+    assert "z_victim" not in graded["rows"] and HOMOGLYPH not in graded["rows"], graded["rows"]
+    for key in (poser, victim, homoglyph):
         assert "shows like another name" in key and graded["rows"][key]["0.1"] == "1", key
         assert graded["written"].count(f"## {key}\n") == 1
         assert any(text.startswith(f"# Feedback for {key}\n") for text in graded["feedback"].values())

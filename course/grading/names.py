@@ -29,16 +29,20 @@ mechanism per hazard, used everywhere they are written:
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
+import json
 import re
 import unicodedata
+from importlib.resources import files
 
 # Bidirectional overrides and isolates: they reorder what a reader sees (CVE-2021-42574).
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?([eE][+-]?\d+)?$")
 MAX_FILE_NAME = 80
+_DIRECTION_MARKS = "\u200e\u200f"
 
 
 def _escape(char: str) -> str:
@@ -70,12 +74,44 @@ def shown(name: str) -> str:
     return "".join(_escape(c) if _unsafe(c) else c for c in name)
 
 
+@functools.cache
+def _prototypes() -> dict[str, str]:
+    """Each character that looks like another, mapped to the prototype it looks like (the
+    Cyrillic ``і`` to the Latin ``i``; ``m`` to ``rn``): Unicode's confusables (UTS #39), as
+    ``confusable_homoglyphs`` ships them. Its table links each character to its prototype both
+    ways, so each group is a star around its prototype: the one linked to all the others (of
+    two, the longer, then the smaller)."""
+    table = json.loads(
+        files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8")
+    )
+    links: dict[str, set[str]] = {}
+    for char, others in table.items():
+        char = char.strip(_DIRECTION_MARKS)  # right-to-left characters come between two marks
+        for other in (o["c"].strip(_DIRECTION_MARKS) for o in others):
+            links.setdefault(char, set()).add(other)
+            links.setdefault(other, set()).add(char)
+    mapping: dict[str, str] = {}
+    for char, others in links.items():
+        if len(others) == 1 and len(links[next(iter(others))]) == 1:  # a pair: one choice for both
+            prototype = max([char, *others], key=lambda c: (len(c), -ord(c[0])))
+        else:  # a source's one link is its prototype; a prototype is linked to several
+            prototype = next(iter(others)) if len(others) == 1 else char
+        if len(char) == 1 and prototype != char:
+            mapping[char] = prototype
+    return mapping
+
+
 def skeleton(name: str) -> str:
     """What a reader takes ``name`` for: NFKC (a full-width ``ｚ`` is ``z``), case folded, the
-    characters :func:`shown` escapes dropped, runs of spaces as one."""
+    characters :func:`shown` escapes dropped, runs of spaces as one, then UTS #39's skeleton
+    (each character replaced by the prototype it is confusable with, between two NFDs): a
+    Cyrillic ``і`` in ``z_vіctim`` shows as the Latin ``i`` of ``z_victim``."""
     folded = unicodedata.normalize("NFKC", str(name)).casefold()
     kept = "".join(c for c in folded if not _unsafe(c) or unicodedata.category(c) == "Zs")
-    return " ".join(unicodedata.normalize("NFKC", kept).split())
+    plain = " ".join(unicodedata.normalize("NFKC", kept).split())
+    prototypes = _prototypes()
+    mapped = "".join(prototypes.get(c, c) for c in unicodedata.normalize("NFD", plain))
+    return unicodedata.normalize("NFD", mapped)
 
 
 def alike(names: list[str]) -> dict[str, list[str]]:
