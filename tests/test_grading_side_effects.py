@@ -1,4 +1,5 @@
-"""While grading, a side effect the student's process reports decides no point (course.observe.side_effect).
+"""While grading, a claim the student's process reports decides no point (course.observe.claim):
+a side effect of its code, or an identity, mode or flag of its objects.
 
 Each forgery below is one a hand-in can do in its own process (the hostile round's four: a
 rebound ``course.sealed.global_state``, ``same_rng``, ``plain_tensor``, or ``BOUND`` with a faked
