@@ -38,8 +38,8 @@ class CheckResult:
     # and the known mistake the result is, by the name its spec gives it; None where none.
     prop: str | None = None
     mistake: str | None = None
-    # Side effects the student's process reported and the verdict does not rest on
-    # (course.observe.side_effect): said in the report, never a point either way.
+    # Claims the student's process reported (side effects, flags, identities) that the verdict
+    # does not rest on (course.observe.claim): said in the report, never a point either way.
     notes: tuple[str, ...] = ()
 
     @property
@@ -211,7 +211,7 @@ def replay(
     """The trusted verdict: ``check``'s body on recorded observations, student objects absent;
     ``positional`` and ``keywords``: the check call as the *template* writes it, never as the
     student's process reports; ``effects``: ``obs.REPORTED`` where the side effects the record
-    reports decide nothing (the grader: :func:`course.observe.side_effect`)."""
+    reports decide nothing (the grader: :func:`course.observe.claim`)."""
     try:
         observations = obs.decode(record)
     except Exception as error:  # noqa: BLE001 - whatever the untrusted bytes are

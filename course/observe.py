@@ -10,8 +10,10 @@ the recorded observations in turn, with the student's objects :class:`Absent`, a
 against references it computes itself: whatever the student's process forges, only data equal to
 the right answers passes. Inputs come from :func:`generator`, seeded from the session's seed, so
 probe and replay draw the same. What only the student's process can see, a side effect of its
-code (global state, the global generator, an input overwritten in place), goes through
-:func:`side_effect`: a failure in the notebook, a note that decides no point while grading.
+code (global state, the global generator, an input overwritten in place) or a claim about
+its objects (the same object kept, a flag such as ``training`` or ``requires_grad``, grad mode at
+a call), goes through :func:`claim`: a failure in the notebook, a note that decides no point
+while grading.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from course import sealed
 from course.failure import CheckFailure, students_words, summarise_exception
 
 LOCAL, PROBE, REPLAY = "local", "probe", "replay"
-# What a side effect the student's process reports does to the verdict: a failure (the
-# notebook, the tests), or a note beside it (the grader's replay: that process could as well
-# have hidden it, so it decides no point either way; docs/grading.md, "What is not protected").
+# What a claim the student's process reports (a side effect of its code, a flag or an identity
+# of its objects) does to the verdict: a failure (the notebook, the tests), or a note beside it
+# (the grader's replay: that process could as well have forged it, so it decides no point
+# either way; docs/grading.md, "What is not protected").
 JUDGED, REPORTED = "judged", "reported"
 MAX_RECORD_BYTES = 64 * 1024**2  # a probe record larger than this is refused on reading
 
@@ -86,7 +89,7 @@ class Session:
     record: list[Observation] = field(default_factory=list)
     cursor: int = 0
     effects: str = JUDGED
-    notes: list[str] = field(default_factory=list)  # side effects reported, not judged
+    notes: list[str] = field(default_factory=list)  # claims reported, not judged
 
 
 _session = Session()
@@ -101,7 +104,7 @@ def session(
     mode: str, seed: int = 0, record: list[Observation] | None = None, effects: str = JUDGED
 ) -> Iterator[Session]:
     """Run a check body in ``mode``; ``record``: the observations to replay; ``effects``: what
-    a side effect the student's process reports does in a replay (:func:`side_effect`)."""
+    a claim the student's process reports does in a replay (:func:`claim`)."""
     global _session
     previous, _session = _session, Session(mode, seed, list(record or []), effects=effects)
     try:
@@ -404,15 +407,21 @@ def observe(what: str, call: Callable[[], Any], *, random: bool = False) -> Any:
     return _raise_or_return(observation)
 
 
-def side_effect(message: str, hint: str | None = None, *, prop: str | None = None) -> None:
-    """A side effect of the student's code that only its own process saw (global state or the
-    global generator changed, an input overwritten in place): a failure, or, in a session whose
-    side effects are ``REPORTED`` (grading: the probe and the grader's replay alike, so that
-    both make the same observations in the same order), a note on the verdict.
+def claim(holds: bool, message: str, hint: str | None = None, *, prop: str | None = None) -> None:
+    """What only the student's own process can observe and the grader cannot verify against
+    anything it computes itself: a side effect of its code (global state or the global generator
+    changed, an input overwritten in place) or a claim about its objects (the same tensor kept,
+    a module's ``training`` flag, ``requires_grad``, grad mode at a forward pass). Where it does
+    not hold: a failure with ``message``, or, in a session whose claims are ``REPORTED``
+    (grading: the probe and the grader's replay alike, so that both make the same observations
+    in the same order), a note on the verdict.
 
     Any observer inside the student's process can be bent (a rebound function, ``gc``,
-    ``ctypes``): a "clean" report proves nothing there, so a violation reported must cost no
-    more than one hidden would. The row says what was seen and not graded."""
+    ``ctypes``, the record file rewritten): "holds" written there proves nothing, so a claim
+    that does not hold must cost no more than one forged. The row says what was seen and not
+    graded; what the check computes from values for its own inputs stays judged."""
+    if holds:
+        return
     failure = CheckFailure(message, hint, prop=prop)  # its words, the property's included
     state = _session
     if state.effects == REPORTED:
@@ -425,7 +434,8 @@ def side_effect(message: str, hint: str | None = None, *, prop: str | None = Non
 def _raise_or_return(observation: Observation) -> Any:
     if observation.side_effects:
         changed = "; ".join(_STATE_MESSAGES.get(e, e) for e in observation.side_effects)
-        side_effect(
+        claim(
+            False,
             f"{observation.what}: your code {changed}. A function must leave global state as it "
             "found it.",
             "Use context managers (`with torch.no_grad():`) rather than global switches, and "

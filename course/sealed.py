@@ -15,7 +15,7 @@ A probe runs beside objects the student built; three ways they could bend what i
 All three hold against the student's *objects*. Against code that rewrites this module or
 ``course.observe`` in memory (``gc``, ``ctypes``) no observer inside the student's process
 holds: so while grading, a side effect observed there is said in the row and decides no point
-either way (:func:`course.observe.side_effect`), and every value is re-judged by the trusted
+either way (:func:`course.observe.claim`), and every value is re-judged by the trusted
 replay (docs/grading.md, "What is not protected").
 """
 

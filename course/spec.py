@@ -569,7 +569,8 @@ def _reproducible(spec: Spec, student: Callable[..., Any], case: Case) -> None:
 
 def _state(module: nn.Module) -> dict[str, Any]:
     return {
-        "parameters": {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad},
+        "parameters": {n: tuple(p.shape) for n, p in module.named_parameters()},
+        "frozen": sorted(n for n, p in module.named_parameters() if not p.requires_grad),
         "buffers": {n: b for n, b in module.named_buffers()},
     }
 
@@ -598,6 +599,9 @@ def run_module(spec: ModuleSpec, student_class: type[nn.Module]) -> None:
             if judging():
                 _name_parameters(spec, build, made, state["parameters"], declared)
                 prop.expect_parameters(made, state["parameters"], declared, spec.hint)
+                prop.claim_trainable(
+                    made, state["parameters"], state["frozen"], declared, spec.hint
+                )
             observe(
                 f"{made}: load the check's weights",
                 lambda m=module, w=weights: _load(m, w) and None,
@@ -682,7 +686,7 @@ def _module_cases(
         f"{what} in train() mode", lambda: in_train(module, args, kwargs), random=True
     )
     if judging():
-        prop.expect_modes_reach(what, trained["modes"])
+        prop.claim_modes_reach(what, trained["modes"])
         if build.deterministic:
             prop.expect_same_in_modes(what, trained["result"], reference(weights, **case.inputs))
     for case in (c for c in cases if c.grad and spec.gradients):

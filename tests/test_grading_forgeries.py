@@ -262,7 +262,7 @@ def softmax(x, dim=-1):
 SEARCHING = "search_for_the_answer"
 # The side effects the sealed_* forgeries above hide, left unhidden beside right values: while
 # grading, a side effect the student's process reports decides no point either way (any
-# observer in that process can be bent; course.observe.side_effect), so each keeps its point,
+# observer in that process can be bent; course.observe.claim), so each keeps its point,
 # its row saying what was seen and not graded, and no forgery earns a point its control does
 # not. (0.1's text lets x change in place: the in-place controls are in
 # tests/test_grading_side_effects.py.)

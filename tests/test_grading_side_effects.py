@@ -1,4 +1,5 @@
-"""While grading, a side effect the student's process reports decides no point (course.observe.side_effect).
+"""While grading, a claim the student's process reports decides no point (course.observe.claim):
+a side effect of its code, or an identity, mode or flag of its objects.
 
 Each forgery below is one a hand-in can do in its own process (the hostile round's four: a
 rebound ``course.sealed.global_state``, ``same_rng``, ``plain_tensor``, or ``BOUND`` with a faked
@@ -179,3 +180,123 @@ def test_a_checks_own_observation_of_an_input_changed_is_a_side_effect_too():
     assert any("inputs untouched" in note for note in result.notes), result.notes
     judged = nb07.align_labels(in_place_answer, raise_on_failure=False)
     assert judged.status == framework.FAILED and "inputs untouched" in judged.message
+
+
+# --- claims: identities, modes and flags read in the student's process ---------------------------
+#
+# The same rule for what a check reads of the student's objects that no value shows (the model in
+# eval mode at each forward pass, grad mode there, the caller's layer kept, a weight frozen, merged
+# in place, train() reaching every sub-module): the forged record below writes each claim as a
+# right answer's record holds it, beside the honest violating answer's record. While grading the
+# two get the same verdict, the honest one with a note; as the notebook judges, the honest one
+# fails with its message; a right answer passes both ways without a note.
+
+CLAIMS = {"forwards", "modes", "kept", "trainable", "caller", "copies", "returned", "dropout",
+          "is base", "in place", "frozen leaf", "frozen"}  # fmt: skip
+
+
+def _claims_of(record: bytes, right: bytes) -> bytes:
+    """``record`` with every claim (a key of :data:`CLAIMS`, at any depth) as ``right``'s record
+    holds it: the forgery of a process that writes "holds" wherever a flag or identity goes."""
+
+    def forged(value: object, holds: object) -> object:
+        if isinstance(value, dict) and isinstance(holds, dict):
+            return {k: holds[k] if k in CLAIMS and k in holds else forged(v, holds.get(k))
+                    for k, v in value.items()}  # fmt: skip
+        if isinstance(value, list | tuple) and isinstance(holds, list | tuple):
+            items = [forged(v, h) for v, h in zip(value, holds, strict=False)]
+            return type(value)(items + list(value[len(items) :]))
+        return value
+
+    rows, theirs = observe.decode(record), observe.decode(right)
+    assert [r.what for r in rows] == [r.what for r in theirs]  # the same observations
+    for row, other in zip(rows, theirs, strict=True):
+        row.value = forged(row.value, other.value)
+    return observe.encode(rows)
+
+
+def _claim_families() -> dict[str, tuple[Callable, tuple, tuple, str]]:
+    """name: (check, the honest violating answer, a right answer, a phrase of its message);
+    an answer is the tuple of what the check cell passes."""
+    from course.checks import nb01, nb06, nb10
+    from tests import test_checks_nb01 as t01
+    from tests import test_checks_nb06 as t06
+    from tests import test_checks_nb10 as t10
+
+    class TrainStopsAtTheTop(t01.GoodEmbedding):
+        def train(self, mode: bool = True):  # its sub-module kept in eval mode by hand
+            super().train(mode)
+            self.embedding.training = False
+            return self
+
+    right06, right10 = (t06.evaluate_factory(),), (t10.add_lora,)
+    return {
+        "6.3 gradients recorded at each forward": (nb06.evaluate_accuracy,
+            (t06.evaluate_factory(no_grad=False),), right06, "no gradient recorded"),
+        "6.3 the model put back in training mode": (nb06.evaluate_accuracy,
+            (t06.evaluate_factory(restore_train_mode=True),), right06, "training mode"),
+        "10.1 a copy of the caller's layer kept": (nb10.lora_linear, (t10.DeepCopiedBase,),
+            (t10.LoRALinear,), "self.base is not the nn.Linear passed in"),
+        "10.1 the base weight left trainable": (nb10.lora_linear, (t10.BaseTrainable,),
+            (t10.LoRALinear,), "still trainable"),
+        "10.2 a copy of each layer wrapped": (nb10.add_lora, (t10.deep_copies,), right10,
+            "does not hold the model's own nn.Linear"),
+        "10.2 embeddings left trainable": (nb10.add_lora, (t10.nothing_frozen,), right10,
+            "still train"),
+        "10.2 the model not returned": (nb10.add_lora, (t10.returns_nothing,), right10,
+            "did not return"),
+        "10.3 merged into a new parameter": (nb10.merge, (t10.merge_new_parameter, t10.unmerge),
+            (t10.merge, t10.unmerge), "base.weight is a new tensor"),
+        "train() not reaching the sub-modules": (nb01.token_embedding, (TrainStopsAtTheTop,),
+            (t01.GoodEmbedding,), "stayed in eval mode"),
+    }  # fmt: skip
+
+
+CLAIM_FAMILIES = (
+    "6.3 gradients recorded at each forward",
+    "6.3 the model put back in training mode",
+    "10.1 a copy of the caller's layer kept",
+    "10.1 the base weight left trainable",
+    "10.2 a copy of each layer wrapped",
+    "10.2 embeddings left trainable",
+    "10.2 the model not returned",
+    "10.3 merged into a new parameter",
+    "train() not reaching the sub-modules",
+)
+
+
+def _probed_as(check: Callable, answer: tuple, effects: str) -> bytes:
+    _, record = framework.probe(check, *answer, seed=3, effects=effects)
+    return record
+
+
+def _replayed_as(check: Callable, answer: tuple, record: bytes, effects: str):
+    return framework.replay(check, record, seed=3, positional=len(answer), effects=effects)
+
+
+@pytest.mark.parametrize("name", CLAIM_FAMILIES)
+def test_a_claim_forged_gets_the_verdict_of_its_honest_control(name):
+    check_, answer, right, said = _claim_families()[name]
+    honest = _probed_as(check_, answer, observe.REPORTED)
+    forged = _claims_of(honest, _probed_as(check_, right, observe.REPORTED))
+    control = _replayed_as(check_, answer, honest, observe.REPORTED)
+    result = _replayed_as(check_, answer, forged, observe.REPORTED)
+    assert control.status == result.status == framework.PASSED, (control.report(), result.report())
+    assert any(said in note for note in control.notes), control.notes
+    assert "not graded" in control.report() and not result.notes, result.notes
+    # As the notebook judges, the claim decides: the honest answer fails with its message.
+    judged = _replayed_as(
+        check_, answer, _probed_as(check_, answer, observe.JUDGED), observe.JUDGED
+    )
+    assert judged.status == framework.FAILED and said in judged.message, judged.report()
+
+
+@pytest.mark.parametrize(
+    "name", ["6.3 gradients recorded at each forward", "10.1 a copy of the caller's layer kept",
+             "10.2 a copy of each layer wrapped", "10.3 merged into a new parameter",
+             "train() not reaching the sub-modules"])  # fmt: skip
+def test_a_right_answer_makes_no_claim_fail(name):
+    check_, _, right, _ = _claim_families()[name]
+    for effects in (observe.REPORTED, observe.JUDGED):
+        result = _replayed_as(check_, right, _probed_as(check_, right, effects), effects)
+        assert (result.status, result.notes) == (framework.PASSED, ()), result.report()

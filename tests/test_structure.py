@@ -117,3 +117,204 @@ def test_checking_code_is_counted_by_one_rule() -> None:
     counted = checking_lines()
     assert "course/spec.py" in counted and "course/checks/nb00.py" in counted
     assert not any(name.startswith(("course/grading/", "course/nn.py")) for name in counted)
+
+
+# --- claims: what only the student's process observes decides no point -----------------------
+
+# A reading of the student's objects whose right value the grader cannot compute for its own
+# inputs: an identity, a mode or grad flag, a storage address. Inside an observed call its
+# result is a claim: judged only through course.observe.claim (a note while grading).
+CLAIM_ATTRIBUTES = {"training", "requires_grad", "is_leaf", "data_ptr"}
+CLAIM_CALLS = {"is_grad_enabled", "id"}
+CLAIM_SOURCES = [COURSE / "spec.py", *(COURSE / "checks").glob("*.py")]
+CLAIM_SOURCES += [*(COURSE / "properties").glob("*.py")]
+
+
+def _called(node: ast.AST) -> str:
+    """The name a call calls: ``f`` for ``f(...)`` and ``x.f(...)``."""
+    func = node.func if isinstance(node, ast.Call) else node
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+
+
+def _reads_claim(node: ast.AST, tainted: set[str], readers: set[str]) -> bool:
+    """Whether ``node``'s value reads a claim: ``a is b`` (but ``is None`` and ``type(a) is
+    T``), a claim attribute or call, a function that returns one, a name holding one (a claim
+    that only chooses between values, ``a if claim else b``, is not the value)."""
+    for sub in _walk_values(node):
+        if isinstance(sub, ast.Compare) and any(isinstance(o, ast.Is | ast.IsNot) for o in sub.ops):
+            operands = [sub.left, *sub.comparators]
+            if not any(
+                (isinstance(o, ast.Constant) and o.value is None)
+                or (isinstance(o, ast.Call) and _called(o) == "type")
+                for o in operands
+            ):
+                return True
+        if isinstance(sub, ast.Attribute) and sub.attr in CLAIM_ATTRIBUTES:
+            return True
+        if isinstance(sub, ast.Call) and _called(sub) in CLAIM_CALLS | readers:
+            return True
+        if isinstance(sub, ast.Name) and sub.id in tainted:
+            return True
+    return False
+
+
+def _walk_values(node: ast.AST) -> list[ast.AST]:
+    """``ast.walk`` but for the tests of conditional expressions."""
+    found, stack = [], [node]
+    while stack:
+        sub = stack.pop()
+        found.append(sub)
+        stack += [
+            c
+            for c in ast.iter_child_nodes(sub)
+            if not (isinstance(sub, ast.IfExp) and c is sub.test)
+        ]
+    return found
+
+
+def _tainted(function: ast.AST, readers: set[str]) -> set[str]:
+    """The names in ``function`` that hold a claim: assigned one, or appended one."""
+    tainted: set[str] = set()
+    while True:
+        before = set(tainted)
+        for sub in ast.walk(function):
+            if isinstance(sub, ast.Assign | ast.AugAssign | ast.AnnAssign) and sub.value:
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                value: ast.AST = sub.value
+            elif isinstance(sub, ast.Call) and _called(sub) in ("append", "add", "extend"):
+                targets, value = [sub.func.value], ast.Tuple(elts=sub.args)  # type: ignore[union-attr]
+            else:
+                continue
+            if _reads_claim(value, tainted, readers):
+                tainted |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if tainted == before:
+            return tainted
+
+
+def _functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+def _claim_readers(trees: list[ast.AST], known: set[str] = frozenset()) -> set[str]:
+    """Functions of ``trees`` whose result is itself a claim (not a dict of observations), as
+    ``course.properties.modes``; ``known``: those of the modules they import."""
+    readers: set[str] = set(known)
+    while True:
+        before = set(readers)
+        for tree in trees:
+            for name, function in _functions(tree).items():
+                tainted = _tainted(function, readers)
+                for sub in ast.walk(function):
+                    if isinstance(sub, ast.Return) and sub.value is not None:
+                        if not isinstance(sub.value, ast.Dict):
+                            if _reads_claim(sub.value, tainted, readers):
+                                readers.add(name)
+        if readers == before:
+            return readers
+
+
+def _observed(tree: ast.AST) -> list[ast.AST]:
+    """The callables a check runs inside ``observe``: the second argument of each call, each
+    ``watch=`` of a spec, and the functions of the module they call, at any depth."""
+    functions = _functions(tree)
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called(node) == "observe" and len(node.args) > 1:
+            found.append(node.args[1])
+        if isinstance(node, ast.Call):
+            found += [k.value for k in node.keywords if k.arg == "watch"]
+    seen: list[ast.AST] = []
+    while found:
+        node = found.pop()
+        if isinstance(node, ast.Name):
+            node = functions.get(node.id)
+        if node is None or any(node is s for s in seen):
+            continue
+        seen.append(node)
+        found += [c.func for c in ast.walk(node) if isinstance(c, ast.Call)]
+    return seen
+
+
+def _claim_keys(tree: ast.AST, readers: set[str]) -> set[str]:
+    """The keys under which an observed callable returns a claim."""
+    keys = set()
+    for function in _observed(tree):
+        tainted = _tainted(function, readers)
+        for sub in ast.walk(function):
+            if isinstance(sub, ast.Dict):
+                for key, value in zip(sub.keys, sub.values, strict=True):
+                    if isinstance(key, ast.Constant) and _reads_claim(value, tainted, readers):
+                        keys.add(key.value)
+    return keys
+
+
+def _judges(function: ast.AST) -> bool:
+    """Whether ``function`` judges other than through claim(): ``expect*`` or ``raise``."""
+    return any(
+        isinstance(n, ast.Raise) or (isinstance(n, ast.Call) and _called(n).startswith("expect"))
+        for n in ast.walk(function)
+    )
+
+
+def claims_judged_as_values(sources: list[Path]) -> list[str]:
+    """Where a claim read in an observed callable is judged by ``expect``, a raise or a value
+    comparison (``watched``), rather than through ``course.observe.claim`` (or a ``claim_*``
+    property that calls it alone)."""
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in sources}
+    shared = _claim_readers([t for p, t in trees.items() if p.parent.name == "properties"])
+    found = []
+    for path, tree in trees.items():
+        keys = _claim_keys(tree, _claim_readers([tree], shared))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == "watched":
+                for item in ast.walk(node.value):
+                    if isinstance(item, ast.Constant) and item.value in keys:
+                        found.append(
+                            f"{path.name}:{item.lineno}: {item.value!r} compared as a value"
+                        )
+        for function in _functions(tree).values():
+            if function.name.startswith("claim_") and _judges(function):
+                found.append(f"{path.name}:{function.lineno}: {function.name} judges with expect")
+            inside = {
+                id(s)
+                for call in ast.walk(function)
+                if isinstance(call, ast.Call) and _called(call).startswith("claim")
+                for s in ast.walk(call)
+            }
+            loose = [
+                s
+                for s in ast.walk(function)
+                if isinstance(s, ast.Subscript)
+                and isinstance(s.slice, ast.Constant)
+                and s.slice.value in keys
+                and id(s) not in inside
+            ]
+            if loose and _judges(function):
+                found += [
+                    f"{path.name}:{s.lineno}: {s.slice.value!r} judged by expect" for s in loose
+                ]
+    return sorted(set(found))
+
+
+def test_a_claim_of_the_students_process_is_judged_only_through_claim() -> None:
+    """An identity, a mode, a grad flag read where the student's code runs can be forged there
+    at no cost: it reaches a verdict only through course.observe.claim, a failure in the
+    notebook and a note, never a point, while grading."""
+    assert not claims_judged_as_values(CLAIM_SOURCES)
+
+
+def test_the_claim_rule_sees_a_claim_judged_as_a_value(tmp_path: Path) -> None:
+    """The rule above on a check written both ways: judged by expect (found), through claim."""
+    body = (
+        "def watch(layer, base):\n"
+        "    return {{'kept': layer.base is base, 'out': layer(1)}}\n\n"
+        "def body(layer, base):\n"
+        "    seen = observe('made', lambda: watch(layer, base))\n"
+        "    expect(seen['out'] == 2, 'wrong output')\n"
+        "    {}(seen['kept'], 'a copy')\n"
+    )
+    judged, claimed = tmp_path / "judged.py", tmp_path / "claimed.py"
+    judged.write_text(body.format("expect"), encoding="utf-8")
+    claimed.write_text(body.format("claim"), encoding="utf-8")
+    assert claims_judged_as_values([judged]) == ["judged.py:7: 'kept' judged by expect"]
+    assert claims_judged_as_values([claimed]) == []

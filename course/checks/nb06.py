@@ -8,7 +8,8 @@
   range of random ids; the device property on the second device (course.virtual).
 * ``train_step`` and ``evaluate_accuracy``, declared contracts whose case is a run (course.spec's
   ``calls``): a tiny BERT, its optimizer and scheduler made afresh for every run, one call per
-  batch, each watched (``_watch``: the modes at each forward pass, what the call left). The
+  batch, each watched (``_watch``: the modes at each forward pass, what the call left; the
+  modes and grad mode, read in the student's process, are claims: course.observe.claim). The
   reference is the text's formula (SGD: ``p - lr_k * min(1, max_norm / |g|) * g``) and the
   text's accuracy; the batches act as if on another device (course.virtual.unmoved).
 """
@@ -26,6 +27,7 @@ from torch import nn
 
 from course.check import CheckFailure, expect
 from course.domains import Numbers
+from course.observe import claim
 from course.properties import generator, modes, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
 from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, check
@@ -586,6 +588,8 @@ def _accuracy(model, loader, device, *, mistake: str = "") -> float:  # noqa: AN
 
 
 LEAVE = "switch the model to evaluation mode (dropout off) and leave it there"
+EVAL_MODE = "eval mode, in every sub-module (dropout off)"
+NO_GRAD = "no gradient recorded, as the text says"
 EVAL_MISTAKES = tuple(  # (name, the text's words it breaks, _accuracy's mistake)
     Mistake(name, breaks, functools.partial(_accuracy, mistake=kind))
     for name, breaks, kind in (
@@ -598,25 +602,37 @@ EVAL_MISTAKES = tuple(  # (name, the text's words it breaks, _accuracy's mistake
 
 
 def _forwards_in_eval(case: Case, got: list, expected: list, seen: Any) -> None:
-    """Dropout off in every sub-module at every forward pass (argmax may hide it)."""
+    """Dropout off in every sub-module at every forward pass (argmax may hide it), and the model
+    left in eval mode: flags read in the student's process, claims (course.observe.claim)."""
     for flags, _ in got[0]["forwards"]:
         on = _first_off(flags, False)
-        expect(
+        claim(
             on is None,
             f"{case.what}: during a forward pass `{on}` was in training mode, so dropout made "
             "the predictions random",
             "The model arrives in training mode (as after a training step). Each sub-module has "
             "its own `training` flag: see what nn.Module.eval() does.",
+            prop=EVAL_MODE,
         )
+    on = _first_off(got[0]["modes"], False)
+    claim(
+        on is None,
+        f"{case.what}: after the call `{on}` was in training mode again",
+        "Switch the model to eval mode and do not switch it back: the caller decides when "
+        "to train again.",
+        prop=LEAVE,
+    )
 
 
 def _forwards_record_nothing(case: Case, got: list, expected: list, seen: Any) -> None:
-    """No gradient recorded at any forward pass, which no result shows."""
-    expect(
+    """No gradient recorded at any forward pass, which no result shows: grad mode read in the
+    student's process, a claim (course.observe.claim)."""
+    claim(
         not any(grad for _, grad in got[0]["forwards"]),
         f"{case.what}: gradients were being recorded during a forward pass (memory and time "
         "wasted)",
         "Evaluation never calls backward: torch has a context in which nothing is recorded.",
+        prop=NO_GRAD,
     )
 
 
@@ -632,10 +648,10 @@ evaluate_accuracy = check(
         cases=_eval_cases,
         calls=_evaluation,
         watch=_watch,
-        watched=("modes", "parameters"),  # eval mode left, the weights untouched
+        watched=("parameters",),  # the weights untouched (the modes left: a claim, above)
         properties=(
-            Property("eval mode, in every sub-module (dropout off)", _forwards_in_eval),
-            Property("no gradient recorded, as the text says", _forwards_record_nothing),
+            Property(EVAL_MODE, _forwards_in_eval),
+            Property(NO_GRAD, _forwards_record_nothing),
         ),
         device=False,  # the batches act as if on another device (course.virtual.unmoved)
         hint="An evaluation observes the model without changing it: think about dropout, about "

@@ -17,7 +17,7 @@ import transformers  # noqa: F401 - the tokenizer's library, imported before any
 
 from course import models
 from course import properties as prop
-from course.observe import side_effect
+from course.observe import claim
 from course.properties import CheckFailure, generator, same
 from course.spec import Case, Property, Spec, check
 
@@ -158,14 +158,14 @@ def _encoding_untouched(case: Case, got: Any, expected: Any, after: Any) -> None
     """The property "inputs untouched" for the encoding, which is not plain data: the same
     entries after the calls."""
     before = dict(_encode(*_CASE[case.what]))
-    if not same(after, before):  # seen by the student's process alone: a note while grading
-        side_effect(
-            f"align_labels on {case.what}: your code changed `encoding` in place (entries now "
-            f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
-            f"{sorted(before)}); the caller still needs it",
-            "Build the result in a new list or tensor; read the arguments only.",
-            prop="inputs untouched",
-        )
+    claim(  # seen by the student's process alone: a note while grading
+        same(after, before),
+        f"align_labels on {case.what}: your code changed `encoding` in place (entries now "
+        f"{sorted(after) if isinstance(after, dict) else type(after).__name__}, before "
+        f"{sorted(before)}); the caller still needs it",
+        "Build the result in a new list or tensor; read the arguments only.",
+        prop="inputs untouched",
+    )
 
 
 align_labels_spec = Spec(

@@ -18,6 +18,7 @@ from course import properties as prop
 from course import spec
 from course.check import exercise_check, expect
 from course.checks.nb06 import _tiny_batch, _tiny_bert, _Word
+from course.observe import claim
 from course.properties import generator, observe, seeded, statistics
 from course.spec import Build, Case, Property, judging, weights_for
 from course.virtual import VirtualDevice
@@ -206,6 +207,26 @@ def _left_trainable(names: list[str]) -> str:
     return f"{shown} {verb} still trainable: the base weight left trainable"
 
 
+def _claimed_after_init(made: str, seen: dict[str, Any]) -> None:
+    """The caller's layer kept as ``self.base`` and frozen: an identity and ``requires_grad``
+    flags read in the student's process, claims (course.observe.claim)."""
+    leaked = [n for n in seen["trainable"] if n[:5] != "lora_"]
+    leaked += [n for n in seen["caller"] if n not in leaked]
+    claim(
+        seen["kept"],
+        f"{made}: self.base is not the nn.Linear passed in (a copy, or a new layer): the "
+        "caller's layer is not the one wrapped",
+        HINT,
+        prop="LoRA wraps the existing layer and keeps it as self.base",
+    )
+    claim(
+        not leaked,
+        f"{made}: {_left_trainable(leaked)}",
+        HINT,
+        prop="LoRA freezes the base layer, weight and bias; only lora_A and lora_B train",
+    )
+
+
 @exercise_check(LORA.exercise, LORA.title, hint=HINT)
 def lora_linear(student_class: Any) -> None:
     """The state after ``__init__`` (the caller's base kept and frozen, B zero, A random, both
@@ -213,20 +234,9 @@ def lora_linear(student_class: Any) -> None:
     made = "LoRALinear(Linear(64, 48), r=8, alpha=16.0) after __init__"
     seen = observe(made, lambda: _initial(student_class), random=True)
     if judging():
-        A, leaked = seen["A"], [n for n in seen["trainable"] if n[:5] != "lora_"]
-        leaked += [n for n in seen["caller"] if n not in leaked]
+        _claimed_after_init(made, seen)
+        A = seen["A"]
         for right, symptom, violated in (
-            (
-                seen["kept"],
-                "self.base is not the nn.Linear passed in (a copy, or a new layer): the "
-                "caller's layer is not the one wrapped",
-                "LoRA wraps the existing layer and keeps it as self.base",
-            ),
-            (
-                not leaked,
-                _left_trainable(leaked),
-                "LoRA freezes the base layer, weight and bias; only lora_A and lora_B train",
-            ),
             (
                 bool((seen["B"] == 0).all()),
                 "lora_B is not zero: B initialised at random",
@@ -337,9 +347,10 @@ def _dropout_reaches(model: nn.Module, batch: dict) -> bool:
 
 
 def _add_watch(inputs: dict, k: int, code: Callable, *args: Any, **kwargs: Any) -> dict:
-    """What add_lora did to the model: the layers replaced (a name whose module changed), those
-    replaced by a module that does not hold the layer it replaced, what trains, the logits right
-    after, whether its dropout acts in train() mode."""
+    """What add_lora did to the model: the layers replaced (a name whose nn.Linear is now another
+    kind of module), the logits right after; and, read in the student's process (claims: see
+    ``_claimed_by_add``), the replaced ones that do not hold the layer they replaced, what trains,
+    the model returned, whether its dropout acts in train() mode."""
     model = inputs["model"]
     batch = _tiny_batch(4, 8, "sequence", 3, inputs["k"])
     batch.pop("labels")
@@ -347,7 +358,7 @@ def _add_watch(inputs: dict, k: int, code: Callable, *args: Any, **kwargs: Any) 
     with seeded(k):  # LoRALinear draws A, dropout draws masks: from a fork of the generator
         returned = code(*args, **kwargs)
         now = dict(model.named_modules())
-        replaced = sorted(n for n, m in linears.items() if now.get(n) is not m)
+        replaced = sorted(n for n in linears if type(now.get(n)) is not nn.Linear)
         held = sorted(n for n in replaced if not any(s is linears[n] for s in now[n].modules()))
         with torch.no_grad():
             logits = model(**batch).logits
@@ -366,15 +377,61 @@ def _listed(names: list[str]) -> str:
     return ", ".join(f"`{n}`" for n in names[:3]) + (" ..." if len(names) > 3 else "")
 
 
+FROZEN = "every parameter frozen but lora_A, lora_B and the head"
+
+
+def _claimed_by_add(case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """What the text says of the objects and flags, read in the student's process (identities,
+    ``requires_grad``, a mode's effect), so claims (course.observe.claim): the layers wrapped
+    hold the model's own, what trains, the model returned, the dropout reaching the layers."""
+    mine, ours = got[0], expected[0]
+    extra_trains = [n for n in mine["trainable"] if n not in ours["trainable"]]
+    frozen = [n for n in ours["trainable"] if n not in mine["trainable"]]
+    head = [n for n in frozen if n.startswith("classifier.")]
+    for holds, message, violated in (
+        (
+            not mine["copies"],
+            f"{_listed(mine['copies'])} was replaced by a module that does not hold the model's "
+            "own nn.Linear: LoRALinear wraps the layer it replaces (a copy leaves the "
+            "pretrained one behind)",
+            "each wrapped layer holds the model's own nn.Linear",
+        ),
+        (
+            not extra_trains,
+            f"{_listed(extra_trains)} still train{'s' if len(extra_trains) == 1 else ''}: "
+            "every parameter is frozen but lora_A, lora_B and the head",
+            FROZEN,
+        ),
+        (
+            not head,
+            "the head `classifier` does not train: it is new, so it trains in full",
+            FROZEN,
+        ),
+        (
+            not frozen,
+            f"{_listed(frozen)} do not train: lora_A and lora_B of each wrapped layer do",
+            FROZEN,
+        ),
+        (mine["returned"], "it did not return the model it changed", "add_lora returns the model"),
+        (
+            mine["dropout"] == ours["dropout"],
+            "the dropout argument did not reach the LoRA layers: in train() mode, with B "
+            "non-zero, the outputs equal eval()'s"
+            if ours["dropout"]
+            else "with dropout=0, train() mode changes the outputs",
+            "the dropout argument reaches the LoRA layers",
+        ),
+    ):
+        claim(holds, f"{case.what}: {message}.", prop=violated)
+
+
 def _judge_add(case: Case, got: Any, expected: Any, seen: Any) -> None:
-    """Each way of going wrong, named; the text's own words for what is right."""
+    """Each way of going wrong in the layers replaced, named; the text's own words for what is
+    right; the logits right after."""
     mine, ours, targets = got[0], expected[0], case.inputs["targets"]
     replaced, wanted = mine["replaced"], ours["replaced"]
     extra = [n for n in replaced if n not in wanted]
     inner = [n for n in extra if set(n.split(".")[:-1]) & set(targets)]
-    extra_trains = [n for n in mine["trainable"] if n not in ours["trainable"]]
-    frozen = [n for n in ours["trainable"] if n not in mine["trainable"]]
-    head = [n for n in frozen if n.startswith("classifier.")]
     for right, message in (
         (
             "classifier" not in replaced,
@@ -391,27 +448,6 @@ def _judge_add(case: Case, got: Any, expected: Any, seen: Any) -> None:
             f"it replaced {_listed(replaced) if replaced else 'no layer'}, expected "
             f"{_listed(wanted)}: every nn.Linear whose name's last part is in targets, and "
             "nothing else",
-        ),
-        (
-            not mine["copies"],
-            f"{_listed(mine['copies'])} was replaced by a module that does not hold the model's "
-            "own nn.Linear: LoRALinear wraps the layer it replaces (a copy leaves the "
-            "pretrained one behind)",
-        ),
-        (
-            not extra_trains,
-            f"{_listed(extra_trains)} still train{'s' if len(extra_trains) == 1 else ''}: "
-            "every parameter is frozen but lora_A, lora_B and the head",
-        ),
-        (not head, "the head `classifier` does not train: it is new, so it trains in full"),
-        (not frozen, f"{_listed(frozen)} do not train: lora_A and lora_B of each wrapped layer do"),
-        (mine["returned"], "it did not return the model it changed"),
-        (
-            mine["dropout"] == ours["dropout"],
-            "the dropout argument did not reach the LoRA layers: in train() mode, with B "
-            "non-zero, the outputs equal eval()'s"
-            if ours["dropout"]
-            else "with dropout=0, train() mode changes the outputs",
         ),
     ):
         expect(right, f"{case.what}: {message}.")
@@ -434,7 +470,12 @@ add_lora = spec.check(
         cases=_add_cases,
         calls=_fresh_model,
         watch=_add_watch,
-        properties=(Property("the layers wrapped and what trains", _judge_add),),
+        properties=(
+            Property("the layers wrapped", _judge_add),
+            Property(
+                "the model's own layers wrapped, what trains, the model returned", _claimed_by_add
+            ),
+        ),
         device=False,  # A and B follow the base layer: 10.1's check
         hint="Freeze every parameter; wrap each nn.Linear whose name's last part is in targets, "
         "except the head; unfreeze the head.",
@@ -506,28 +547,38 @@ def _merge_watch(inputs: dict, k: int, code: tuple, layer: Any) -> dict:
     }
 
 
-def _judge_merge(case: Case, got: Any, expected: Any, seen: Any) -> None:
-    """What the text says merge and unmerge do to the layer's objects, which no value shows."""
+def _claimed_by_merge(case: Case, got: Any, expected: Any, seen: Any) -> None:
+    """What the text says merge and unmerge do to the layer's objects, which no value shows:
+    identities and flags read in the student's process, claims (course.observe.claim). Values
+    read through the tensor held before merge would be no better: they are the merged weight
+    the record already carries, so writing them needs no answer either."""
     merged, unmerged = got[0], got[1]
-    for right, message in (
+    for holds, message, violated in (
         (
             merged["is base"],
             "merge did not return layer.base, the same nn.Linear with the update folded in "
             "(no extra layer)",
+            "merge returns layer.base",
         ),
         (
             merged["in place"],
             "base.weight is a new tensor: merge adds to base.weight in place, so that whatever "
             "holds the weight (an optimizer built before) still holds it",
+            "merge in place",
         ),
         (
             merged["frozen leaf"],
             "base.weight requires grad or is no longer a leaf: merge in place under "
             "torch.no_grad()",
+            "merge without recording gradients",
         ),
-        (unmerged["in place"], "unmerge left a new tensor as base.weight: it subtracts in place"),
+        (
+            unmerged["in place"],
+            "unmerge left a new tensor as base.weight: it subtracts in place",
+            "unmerge in place",
+        ),
     ):
-        expect(right, f"{case.what}: after merge: {message}")
+        claim(holds, f"{case.what}: after merge: {message}", prop=violated)
 
 
 @torch.no_grad()
@@ -563,7 +614,7 @@ merge = spec.check(
         watch=_merge_watch,
         mistakes=MERGE_MISTAKES,
         watched=("weight", "output"),  # base.weight and the layer's output after each call
-        properties=(Property("merge in place, unmerge its inverse", _judge_merge),),
+        properties=(Property("merge in place, unmerge its inverse", _claimed_by_merge),),
         device=False,
         hint="merge: base.weight += scale * lora_B @ lora_A under torch.no_grad(), return "
         "layer.base; unmerge subtracts it.",

@@ -25,10 +25,10 @@ from course.observe import (
     Foreign,
     NotPlainData,
     StudentError,
+    claim,
     current,
     generator,
     observe,
-    side_effect,
     to_plain,
     to_student_plain,
     type_name,
@@ -105,13 +105,13 @@ def call(
     )
     for (key, old), new in zip(before.items(), after, strict=True):
         label = f"`{named[key]}`" if key in named else f"its {ORDINALS[min(key, 7)]} argument"
-        if not (old is None or same(old, new)):  # seen by the student's process alone
-            side_effect(
-                f"{what}: your code changed {label} in place; the caller still needs it",
-                "Compute into new tensors (x - m, not x -= m; torch.cat, not append) and copy a "
-                "list or dict before changing it.",
-                prop="inputs untouched",
-            )
+        claim(  # seen by the student's process alone
+            old is None or same(old, new),
+            f"{what}: your code changed {label} in place; the caller still needs it",
+            "Compute into new tensors (x - m, not x -= m; torch.cat, not append) and copy a "
+            "list or dict before changing it.",
+            prop="inputs untouched",
+        )
     return observed["result"]
 
 
@@ -501,11 +501,10 @@ def expect_gradients(
 def expect_parameters(
     what: str, got: dict[str, Any], declared: dict[str, tuple[int, ...]], hint: str | None = None
 ) -> None:
-    """The trainable parameters are exactly those the exercise text names, with their shapes
-    (an extra one would be trained although the text has no such weight)."""
+    """Every parameter the exercise text names is there (``got``: every parameter's shape),
+    with its shape. Which of them train is read from flags: :func:`claim_trainable`."""
     names = set(got)
     missing = sorted(set(declared) - names)
-    extra = sorted(names - set(declared))
     expect(
         not missing,
         f"{what} has no trainable parameter {', '.join(f'`{n}`' for n in missing)} (what it has: "
@@ -513,19 +512,40 @@ def expect_parameters(
         "by the name the exercise gives it.",
         hint or "Keep the sub-modules, names and layer types that the exercise describes.",
     )
-    expect(
-        not extra,
-        f"{what} has trainable parameters the exercise does not describe: "
-        f"{', '.join(f'`{n}`' for n in extra)}; an extra one would be trained too",
-        hint or "Build only the layers the exercise describes; a fixed table is a buffer.",
-        "the parameters the text names",
-    )
     for name, shape in declared.items():
         expect(
             tuple(got[name]) == tuple(shape),
             f"{what}: `{name}` has shape {tuple(got[name])}, expected {tuple(shape)}.",
             hint,
         )
+
+
+def claim_trainable(
+    what: str,
+    got: dict[str, Any],
+    frozen: Sequence[str],
+    declared: dict[str, tuple[int, ...]],
+    hint: str | None = None,
+) -> None:
+    """The trainable parameters are exactly those the exercise text names (an extra one would
+    be trained although the text has no such weight): ``requires_grad`` flags read in the
+    student's process (``frozen``), a claim (:func:`course.observe.claim`)."""
+    trainable = set(got) - set(frozen)
+    stopped = sorted(set(declared) - trainable)
+    claim(
+        not stopped,
+        f"{what}: {', '.join(f'`{n}`' for n in stopped)} is not trainable (requires_grad=False)",
+        hint or "A weight the exercise describes is an nn.Parameter that trains.",
+        prop="the parameters the text names",
+    )
+    extra = sorted(trainable - set(declared))
+    claim(
+        not extra,
+        f"{what} has trainable parameters the exercise does not describe: "
+        f"{', '.join(f'`{n}`' for n in extra)}; an extra one would be trained too",
+        hint or "Build only the layers the exercise describes; a fixed table is a buffer.",
+        prop="the parameters the text names",
+    )
 
 
 def expect_same_in_modes(what: str, train: Any, evaluation: Any, hint: str | None = None) -> None:
@@ -542,15 +562,16 @@ def expect_same_in_modes(what: str, train: Any, evaluation: Any, hint: str | Non
         ) from None
 
 
-def expect_modes_reach(what: str, modes_in_train: dict[str, bool]) -> None:
-    """``train()`` reaches every sub-module (no sub-module kept in eval mode, no flag forced)."""
+def claim_modes_reach(what: str, modes_in_train: dict[str, bool]) -> None:
+    """``train()`` reaches every sub-module (no sub-module kept in eval mode, no flag forced):
+    flags read in the student's process, a claim (:func:`course.observe.claim`)."""
     stuck = [name for name, training in modes_in_train.items() if not training]
-    expect(
+    claim(
         not stuck,
         f"{what}: after .train(), {', '.join(f'`{n}`' for n in stuck)} stayed in eval mode",
         "Register sub-modules as attributes (or nn.ModuleList), and never set `.training` by "
         "hand: .train() and .eval() must reach all of them.",
-        "training mode, in every sub-module",
+        prop="training mode, in every sub-module",
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from course.observe import claim
 from course.properties import expect, observe, tolerance
 
 
@@ -65,11 +66,11 @@ def decoding_protocol(hint: str | None = None) -> dict:
 
     def judge(case: Any, got: Any, expected: Any, seen: dict[str, Any]) -> None:
         what = f"greedy_decode on {case.what}"
-        expect(
+        claim(  # the model's flag, read in the student's process: a claim
             not seen["training"] and seen["in_training"] == 0,
             f"{what} switched the model to training mode",
             hint,
-            "the model stays in eval mode, as the text says",
+            prop="the model stays in eval mode, as the text says",
         )
         expect(
             seen["without_mask"] == 0,
