@@ -28,7 +28,7 @@ from course.check import CheckFailure, expect
 from course.domains import Numbers
 from course.properties import generator, modes, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, check
+from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, cases, check
 from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
@@ -386,46 +386,42 @@ CLIP_HINT = (
     "changes nothing."
 )
 
-# (what, task, batch size of each step, length, schedule, max_grad_norm, hint: what a wrong
-# update most likely means in this case). The course calls train_step positionally (fit in
-# notebooks 06 to 08); the drawn max_grad_norm runs by keyword and with the default left out.
+# (what, the seed of its model and batches, task, batch size of each step, length, schedule,
+# max_grad_norm, hint: what a wrong update most likely means in this case): _steps makes a run
+# from them. The course calls train_step positionally (fit in notebooks 06 to 08); the drawn
+# max_grad_norm runs by keyword and with the default left out.
 STEP_CASES = (
-    ("one step of a model left in eval mode, constant learning rate, no clipping", "sequence",
+    ("one step of a model left in eval mode, constant learning rate, no clipping", 0, "sequence",
      (6,), 9, "constant", NO_CLIP,
      "One step: forward (dropout on), loss, gradients of that loss alone, update."),
-    ("three steps, constant learning rate, no clipping", "sequence", (6, 6, 6), 9, "constant",
+    ("three steps, constant learning rate, no clipping", 1, "sequence", (6, 6, 6), 9, "constant",
      NO_CLIP, "Each update must use the gradient of its own batch only: gradients add up in "
      "`.grad` until something clears them."),
-    ("one step with max_grad_norm=0.01 (the gradient must be rescaled)", "sequence", (6,), 9,
+    ("one step with max_grad_norm=0.01 (the gradient must be rescaled)", 2, "sequence", (6,), 9,
      "constant", 0.01, CLIP_HINT),
-    ("three steps with a decaying learning rate", "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
+    ("three steps with a decaying learning rate", 3, "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
      "Step k must use the k-th learning rate of the schedule: the scheduler moves on once per "
      "step, after the update it governs."),
     ("two steps of a token classifier (labels (batch, length) with -100), batches of 1 and 3, "
-     "max_grad_norm=0.5", "token", (1, 3), 7, "constant", 0.5,
+     "max_grad_norm=0.5", 4, "token", (1, 3), 7, "constant", 0.5,
      "The loss is the model's own (`.loss`), which skips the -100 labels."),
 )  # fmt: skip
-
-
-def _step_cases() -> list[Case]:
-    cases = []
-    for offset, (what, task, sizes, length, schedule, max_grad_norm, hint) in enumerate(STEP_CASES):
-        batches = [_tiny_batch(n, length, task, 3, 100 * offset + k) for k, n in enumerate(sizes)]
-        words = {p: _Word(p) for p in ("model", "batch", "optimizer", "scheduler")}
-        run = {"task": task, "batches": batches, "schedule": schedule, "offset": offset}
-        inputs = {**words, "max_grad_norm": max_grad_norm, **run}
-        cases.append(Case(what, inputs, hint=hint, strict=STEP_BOUND))
-    return cases
+STEP_PARAMS = ("seed", "task", "sizes", "length", "schedule", "max_grad_norm")
+CALLED = {p: _Word(p) for p in ("model", "batch", "optimizer", "scheduler")}  # made by _steps
 
 
 def _steps(inputs: dict) -> list[dict]:
     """A run: a tiny BERT left in eval mode (as after an evaluation), SGD over it and a
     scheduler, made afresh; one call per batch, each batch as a GPU loader gives it."""
-    model = _tiny_bert(inputs["task"], 3, 0.2, inputs["offset"]).eval()
+    seed, task, length = inputs["seed"], inputs["task"], inputs["length"]
+    model = _tiny_bert(task, 3, 0.2, seed).eval()
     optimizer = torch.optim.SGD(model.parameters(), lr=BASE_LR)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[inputs["schedule"]])
     made = dict(inputs, model=model, optimizer=optimizer, scheduler=scheduler)
-    return [dict(made, batch=unmoved(batch)) for batch in inputs["batches"]]
+    sizes = enumerate(inputs["sizes"])
+    return [
+        dict(made, batch=unmoved(_tiny_batch(n, length, task, 3, 100 * seed + k))) for k, n in sizes
+    ]
 
 
 def _formula_step(  # noqa: ANN001
@@ -496,7 +492,9 @@ train_step = check(
         mutable=("model", "optimizer", "scheduler"),
         reference=_formula_step,
         mistakes=STEP_MISTAKES,
-        cases=_step_cases,
+        cases=lambda: cases(
+            STEP_PARAMS, STEP_CASES, fields=("hint",), strict=STEP_BOUND, given=CALLED
+        ),
         calls=_steps,
         watch=_watch,
         watched=("parameters", "scheduler steps"),  # each step's update, then its schedule
