@@ -693,14 +693,13 @@ GREEDY = (  # source words, width, max_new_tokens, (bos, eos, pad)
 
 
 def _greedy_cases() -> list[Case]:
-    cases = []
+    rows = []  # what, then a value for each of GREEDY_PARAMS
     for n, (words, width, steps, special) in enumerate(GREEDY):
         src = torch.tensor([word + [special[2]] * (width - len(word)) for word in words])
-        values = (_ReverseOracle(special, 400 + n), src, steps, *special)
         what = f"a batch of {len(words)} sources of width {width}, max_new_tokens {steps}"
-        inputs = dict(zip(GREEDY_PARAMS, values, strict=True))
-        cases.append(Case(f"{what}, bos/eos/pad {special}", inputs))
-    return cases
+        what = f"{what}, bos/eos/pad {special}"
+        rows.append((what, _ReverseOracle(special, 400 + n), src, steps, *special))
+    return cases(GREEDY_PARAMS, rows)
 
 
 def _greedy_answer(

@@ -55,7 +55,7 @@ MASKING_CASES = (
 
 def _masking_cases() -> list[Case]:
     """``[CLS] w1 .. wn [SEP] [PAD] ..`` rows of random lengths and their special-token mask."""
-    cases = []
+    table = []  # what, input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_prob., device
     for offset, (what, rows, length, sizes, vocab, p) in enumerate(MASKING_CASES):
         g = generator(offset)
         ids = torch.randint(5, vocab, (rows, length), generator=g)
@@ -65,10 +65,9 @@ def _masking_cases() -> list[Case]:
         ids[positions == lengths - 1] = SEP
         ids[positions >= lengths] = PAD
         special = (ids == CLS) | (ids == SEP) | (ids == PAD)
-        inputs = {"input_ids": ids, "special_tokens_mask": special, "mask_token_id": MASK}
-        inputs.update(vocab_size=vocab, mlm_probability=p)
-        cases.append(Case(what, inputs, compare=False, device=rows * length < 1000))
-    return cases
+        table.append((what, ids, special, MASK, vocab, p, rows * length < 1000))
+    params = ("input_ids", "special_tokens_mask", "mask_token_id", "vocab_size", "mlm_probability")
+    return cases(params, table, fields=("device",), compare=False)
 
 
 def _masking_twin(input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability):
@@ -526,7 +525,7 @@ EVAL_CASES = (
 def _eval_cases() -> list[Case]:
     """Labels set from the model's own predictions, so that the number of correct ones is
     known (uneven per batch: a mean of batch means is wrong)."""
-    cases = []
+    table = []  # what, task, labels, seed, batches, right
     for offset, (what, task, num_labels, sizes, length, right) in enumerate(EVAL_CASES, 20):
         model = _tiny_bert(task, num_labels, 0.5, offset).eval()
         batches = []
@@ -542,10 +541,9 @@ def _eval_cases() -> list[Case]:
             labels = torch.where(wrong, (predictions + 1) % num_labels, predictions)
             batch["labels"] = torch.where(batch["labels"] != IGNORE_INDEX, labels, IGNORE_INDEX)
             batches.append(batch)
-        words = {"model": _Word("model"), "loader": _Word("loader"), "device": torch.device("cpu")}
-        run = {"task": task, "labels": num_labels, "offset": offset, "batches": batches}
-        cases.append(Case(what, {**words, **run, "right": right}))
-    return cases
+        table.append((what, task, num_labels, offset, batches, right))
+    words = {"model": _Word("model"), "loader": _Word("loader"), "device": torch.device("cpu")}
+    return cases(("task", "labels", "offset", "batches", "right"), table, given=words)
 
 
 def _evaluation(inputs: dict) -> list[dict]:
