@@ -66,20 +66,24 @@ def cases(
     kind: type[Case] = Case,
     first_grad: bool = False,
     given: Mapping[str, Any] | None = None,
+    keywords: bool = False,
     **each: Any,
 ) -> list[Case]:
     """A case table as cases, the one converter: each row is ``(what, a value for each of
     params in order, then a value for each of ``fields`` in order)``; a row may leave the further
     fields out, as a Case does. ``each``: fields every case shares (``device=False``), a row's
-    own value before them; ``given``: inputs every case shares; ``first_grad``: the first case
-    compares gradients; ``kind``: a Case with further fields of its own, named in ``fields``."""
-    n, out = len(params), []
+    own value before them; ``given``: inputs every case shares; ``keywords``: after its params,
+    each row gives a dict of further inputs (the arguments it passes; those it leaves out take
+    their defaults); ``first_grad``: the first case compares gradients; ``kind``: a Case with
+    further fields of its own, named in ``fields``."""
+    n, out = len(params) + keywords, []
     for i, (what, *values) in enumerate(rows):
         if len(values) > n + len(fields):
             raise ValueError(f"the row {what!r} has more values than {(*params, *fields)}")
         named = {**each, **({"grad": True} if first_grad and i == 0 else {})}
         named |= dict(zip(fields, values[n:], strict=False))
-        inputs = {**(given or {}), **dict(zip(params, values[:n], strict=True))}
+        inputs = {**(given or {}), **dict(zip(params, values[: len(params)], strict=True))}
+        inputs |= values[n - 1] if keywords else {}
         out.append(kind(what, inputs, **named))
     return out
 

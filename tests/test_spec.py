@@ -98,7 +98,8 @@ def test_the_documented_worked_example_runs_through_probe_and_replay(where: str)
 
 def test_a_case_table_becomes_cases_through_its_named_options() -> None:
     """The one converter: a row's further fields by name, fields and inputs every case shares,
-    the first case's gradients, a Case with fields of its own; a row too long is refused."""
+    the first case's gradients, a Case with fields of its own, arguments a row passes by name;
+    a row too long is refused."""
 
     @dataclasses.dataclass(frozen=True)
     class Tagged(Case):
@@ -120,6 +121,9 @@ def test_a_case_table_becomes_cases_through_its_named_options() -> None:
     assert cases(("x",), [("plain", 1, "a hint", True)]) == [
         Case("plain", {"x": 1}, "a hint", True)
     ]
+    assert cases(("x",), [("by name", 1, {"dim": 0}, False)], fields=("grad",), keywords=True) == [
+        Case("by name", {"x": 1, "dim": 0}, grad=False)
+    ]  # the arguments a row passes by name; those it leaves out take their defaults
     with pytest.raises(ValueError, match="more values"):
         cases(("x",), [("long", 1, "hint", True, True, True, True, "one too many")])
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
 
 import numpy as np
 import torch
@@ -303,42 +302,40 @@ def _choose_cases() -> list[Case]:
     # allowed, so the default candidates must reach 1.00
     all_in_budget = _fixed_validation(2, [0.95] * 148, 85)
 
-    def case(what: str, data: tuple, **options: Any) -> Case:
-        inputs = {"val_logits": data[0], "val_target": data[1], "oos_id": CLASSES, **options}
-        return Case(what, inputs)
-
+    # rows: what, val_logits, val_target, the further arguments (max_drop, candidates) given;
     # the two sets built to tell the rules apart come first, so a rule's mistake is named
     # whatever the seed draws for the random sets
     rules = [
-        case(f"a validation set with in-scope accuracy 0.5 without threshold, max_drop="
-             f"{RULE_MAX_DROP}, candidates 1.0, 0.9, ..., 0.0 (accuracy exactly 0.5 - "
-             f"{RULE_MAX_DROP} at the answer)", rule, max_drop=RULE_MAX_DROP,
-             candidates=list(RULE_CANDIDATES)),
-        case("a validation set where every threshold stays within max_drop (in-scope accuracy "
-             "2/128 to begin with), default max_drop and candidates", all_in_budget),
-        case("a validation set where thresholds 0.56 to 0.95 fall 0.0025 under the floor (287 "
-             "in-scope rows right of 400, the floor 288), default max_drop and candidates",
-             _near_edge()),
+        (f"a validation set with in-scope accuracy 0.5 without threshold, max_drop="
+         f"{RULE_MAX_DROP}, candidates 1.0, 0.9, ..., 0.0 (accuracy exactly 0.5 - "
+         f"{RULE_MAX_DROP} at the answer)", *rule,
+         {"max_drop": RULE_MAX_DROP, "candidates": list(RULE_CANDIDATES)}),
+        ("a validation set where every threshold stays within max_drop (in-scope accuracy "
+         "2/128 to begin with), default max_drop and candidates", *all_in_budget, {}),
+        ("a validation set where thresholds 0.56 to 0.95 fall 0.0025 under the floor (287 "
+         "in-scope rows right of 400, the floor 288), default max_drop and candidates",
+         *_near_edge(), {}),
     ]  # fmt: skip
     randoms = [
-        case(
+        (
             f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
-            data,
-            max_drop=drop,
-            candidates=list(GRID_005),
+            *data,
+            {"max_drop": drop, "candidates": list(GRID_005)},
         )
         for name, data in sets.items()
         for drop in (0.03, 0.08)
     ]
-    return rules + randoms + [
-        case("a synthetic validation set (set C), default max_drop (0.03) and candidates (0.00, "
-             "0.01, ..., 1.00)", third),
-        case(f"the validation set with accuracy 0.5 without threshold, max_drop={RULE_MAX_DROP}, "
-             "candidates 0.8, 0.5, 0.6, 0.7 (the threshold 0, no threshold, is not among them)",
-             rule, max_drop=RULE_MAX_DROP, candidates=[0.8, 0.5, 0.6, 0.7]),
-        case("set A with max_drop=0.0 (no drop at all allowed)", sets["set A"], max_drop=0.0,
-             candidates=list(GRID_005)),
+    rows = rules + randoms + [
+        ("a synthetic validation set (set C), default max_drop (0.03) and candidates (0.00, "
+         "0.01, ..., 1.00)", *third, {}),
+        (f"the validation set with accuracy 0.5 without threshold, max_drop={RULE_MAX_DROP}, "
+         "candidates 0.8, 0.5, 0.6, 0.7 (the threshold 0, no threshold, is not among them)",
+         *rule, {"max_drop": RULE_MAX_DROP, "candidates": [0.8, 0.5, 0.6, 0.7]}),
+        ("set A with max_drop=0.0 (no drop at all allowed)", *sets["set A"],
+         {"max_drop": 0.0, "candidates": list(GRID_005)}),
     ]  # fmt: skip
+    params = ("val_logits", "val_target", "oos_id")
+    return cases(params, [(what, x, y, CLASSES, more) for what, x, y, more in rows], keywords=True)
 
 
 def _accuracy_rows(

@@ -134,7 +134,7 @@ def _filter_cases() -> list[Case]:
         ("(2, 6) logits, no filter arguments (nothing changes)", torch.randn(2, 6, generator=g),
          {}),
     ]  # fmt: skip
-    return [Case(what, {"logits": x, **filters}, compare=False) for what, x, filters in rows]
+    return cases(("logits",), rows, keywords=True, compare=False)  # what, logits, filters
 
 
 def _kept(logits: torch.Tensor, filters: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
@@ -311,22 +311,27 @@ def _sample_cases() -> list[Case]:
          {"top_k": 3}),
     ]  # fmt: skip
 
-    def inputs(model: nn.Module, prompts: list, new: int, filters: dict, seed: int) -> dict:
-        return {"model": model, "prompts": prompts, "max_new_tokens": new, "eos_id": EOS,
-                "pad_id": PAD, "generator": generator(seed), **filters}  # fmt: skip
-
-    cases = [
-        Case(
-            f"{what} (max_new_tokens={new})", inputs(_ToyLM(eos, 931), p, new, f, 95), device=i == 0
+    table = [  # what, model, prompts, max_new_tokens, eos_id, pad_id, generator, filters, device
+        (
+            f"{what} (max_new_tokens={new})",
+            _ToyLM(eos, 931),
+            p,
+            new,
+            EOS,
+            PAD,
+            generator(95),
+            f,
+            i == 0,
         )
         for i, (what, p, new, f, eos) in enumerate(greedy)
     ]
     model = _ToyLM(1, 932)
-    cases += [
-        Case(what, inputs(model, [[first] for _ in range(rows)], new, f, 96), device=False)
+    table += [
+        (what, model, [[first] for _ in range(rows)], new, EOS, PAD, generator(96), f, False)
         for what, rows, first, new, f in draws
     ]
-    return cases
+    params = ("model", "prompts", "max_new_tokens", "eos_id", "pad_id", "generator")
+    return cases(params, table, fields=("device",), keywords=True)
 
 
 def _continuations(
