@@ -2,6 +2,7 @@
 
 * the statuses an exercise can end with;
 * the placeholder a written answer starts as, and the pattern of an exercise stub;
+* the metadata a notebook is recognised by, whatever its file is renamed to;
 * the modules an answer cell must not import (checks and references hold reference code).
 
 ``tests/test_contract.py`` ties every user of these names to this module.
@@ -21,7 +22,14 @@ ALL_STATUSES = (*CHECK_STATUSES, ERROR, TIMEOUT, MISSING)
 # The written-answer placeholder (a markdown cell) and the exercise stub (a code cell).
 ANSWER_PLACEHOLDER = "**Your answer:** *write it here.*"
 STUB_TODO = "# TODO:"
-STUB = re.compile(r"^\s*# TODO:.*\n\s*raise NotImplementedError\s*$", re.MULTILINE)
+STUB = re.compile(rf"^\s*{STUB_TODO}.*\n\s*raise NotImplementedError\s*$", re.MULTILINE)
+
+
+def course_metadata(notebook: dict, stem: str) -> dict:
+    """``notebook`` with the course metadata the grader reads (``{"notebook": stem}``) set."""
+    notebook.setdefault("metadata", {})["course"] = {"notebook": stem}
+    return notebook
+
 
 # An answer cell that imports one of these is flagged and scores 0 for its exercise: the checks,
 # their references, and the machinery that observes the answer while grading (an answer that

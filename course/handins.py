@@ -98,12 +98,6 @@ class Handin:
 # --- recognising a notebook ------------------------------------------------------------------
 
 
-def course_metadata(notebook: dict, stem: str) -> dict:
-    """``notebook`` with the course metadata the grader reads (``{"notebook": stem}``) set."""
-    notebook.setdefault("metadata", {})["course"] = {"notebook": stem}
-    return notebook
-
-
 def _number_and_slug(stem: str) -> tuple[str, str]:
     number, _, slug = stem.partition("_")
     return number, slug.lower()

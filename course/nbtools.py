@@ -36,7 +36,7 @@ from pathlib import Path
 import nbformat
 
 from course import budgets
-from course.contract import ANSWER_PLACEHOLDER
+from course.contract import ANSWER_PLACEHOLDER, STUB_TODO, course_metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, NOTEBOOKS, NN_MODULE = ROOT / "solutions", ROOT / "notebooks", ROOT / "course" / "nn.py"
@@ -90,7 +90,7 @@ def stub_code(source: str, where: str = "cell") -> str:
         indent = marker[: len(marker) - len(marker.lstrip())]
         hint = marker.strip()[len(BEGIN_SOLUTION) :].strip(" :-") or "your code here"
         out += lines[previous:start] + [
-            f"{indent}# TODO: {hint}",
+            f"{indent}{STUB_TODO} {hint}",
             f"{indent}raise NotImplementedError",
         ]
         previous = stop + 1
@@ -139,7 +139,7 @@ def exercise_notebook(solution: nbformat.NotebookNode, name: str) -> nbformat.No
     notebook = copy.deepcopy(solution)
     notebook.metadata.pop("widgets", None)  # saved progress-bar state belongs to the outputs
     # What the grader recognises the notebook by, whatever its file is renamed to (course.handins).
-    notebook.metadata["course"] = {"notebook": Path(name).stem}
+    course_metadata(notebook, Path(name).stem)
     for index, cell in enumerate(notebook.cells):
         where = f"{name}, cell {index}"
         if cell.cell_type == "code":

@@ -58,14 +58,34 @@ class Case:
     # shape; the spec's properties judge the values). A reference returning None: no comparison.
 
 
-def cases(params: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Case]:
+def cases(
+    params: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    fields: Sequence[str] = ("hint", "strict", "grad", "device", "compare"),
+    kind: type[Case] = Case,
+    first_grad: bool = False,
+    given: Mapping[str, Any] | None = None,
+    keywords: bool = False,
+    **each: Any,
+) -> list[Case]:
     """A case table as cases, the one converter: each row is ``(what, a value for each of
-    params in order, then Case's further fields in order: hint, strict, grad, device, compare)``
-    (a row may leave the further fields out, as a Case does)."""
-    n = len(params)
-    return [
-        Case(row[0], dict(zip(params, row[1 : n + 1], strict=True)), *row[n + 1 :]) for row in rows
-    ]
+    params in order, then a value for each of ``fields`` in order)``; a row may leave the further
+    fields out, as a Case does. ``each``: fields every case shares (``device=False``), a row's
+    own value before them; ``given``: inputs every case shares; ``keywords``: after its params,
+    each row gives a dict of further inputs (the arguments it passes; those it leaves out take
+    their defaults); ``first_grad``: the first case compares gradients; ``kind``: a Case with
+    further fields of its own, named in ``fields``."""
+    n, out = len(params) + keywords, []
+    for i, (what, *values) in enumerate(rows):
+        if len(values) > n + len(fields):
+            raise ValueError(f"the row {what!r} has more values than {(*params, *fields)}")
+        named = {**each, **({"grad": True} if first_grad and i == 0 else {})}
+        named |= dict(zip(fields, values[n:], strict=False))
+        inputs = {**(given or {}), **dict(zip(params, values[: len(params)], strict=True))}
+        inputs |= values[n - 1] if keywords else {}
+        out.append(kind(what, inputs, **named))
+    return out
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import handins, nbtools
+from course import contract, handins, nbtools
 from course.grading import limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def _notebook(number: str | None = "01", metadata: str | None = None, stubs: int
         )
     notebook = nbformat.v4.new_notebook(cells=cells)
     if metadata:
-        handins.course_metadata(notebook, metadata)
+        contract.course_metadata(notebook, metadata)
     return nbformat.writes(notebook).encode()
 
 

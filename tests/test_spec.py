@@ -96,6 +96,38 @@ def test_the_documented_worked_example_runs_through_probe_and_replay(where: str)
     assert "relying on its default dim=-1" in default_changed.message
 
 
+def test_a_case_table_becomes_cases_through_its_named_options() -> None:
+    """The one converter: a row's further fields by name, fields and inputs every case shares,
+    the first case's gradients, a Case with fields of its own, arguments a row passes by name;
+    a row too long is refused."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Tagged(Case):
+        tag: str = ""
+
+    made = cases(
+        ("x", "dim"),
+        [("first", 1, 0), ("second", 2, 1, "b", False)],
+        fields=("tag", "device"),
+        kind=Tagged,
+        first_grad=True,
+        given={"scale": 3},
+        compare=False,
+    )
+    assert made == [
+        Tagged("first", {"scale": 3, "x": 1, "dim": 0}, grad=True, compare=False),
+        Tagged("second", {"scale": 3, "x": 2, "dim": 1}, device=False, compare=False, tag="b"),
+    ]
+    assert cases(("x",), [("plain", 1, "a hint", True)]) == [
+        Case("plain", {"x": 1}, "a hint", True)
+    ]
+    assert cases(("x",), [("by name", 1, {"dim": 0}, False)], fields=("grad",), keywords=True) == [
+        Case("by name", {"x": 1, "dim": 0}, grad=False)
+    ]  # the arguments a row passes by name; those it leaves out take their defaults
+    with pytest.raises(ValueError, match="more values"):
+        cases(("x",), [("long", 1, "hint", True, True, True, True, "one too many")])
+
+
 def test_the_probe_computes_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """In the student's process the reference is never called and no comparison runs: a spy
     on the comparison helpers (as student code could install) sees nothing."""

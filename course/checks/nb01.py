@@ -32,6 +32,7 @@ from course.spec import (
     ModuleSpec,
     Property,
     Spec,
+    cases,
     check,
 )
 
@@ -255,9 +256,10 @@ count_pairs = check(
         reference=_count,
         hint=COUNT_HINT,
         mutable=("word_freqs",),  # the text never says the table is left untouched
-        cases=lambda: (
-            [Case(what, {"word_freqs": _freqs(text)}) for what, text in CORPORA.items()]
-            + [Case("a corpus of one single-symbol word", {"word_freqs": {("x</w>",): 5}})]
+        cases=lambda: cases(
+            ("word_freqs",),
+            [(what, _freqs(text)) for what, text in CORPORA.items()]
+            + [("a corpus of one single-symbol word", {("x</w>",): 5})],
         ),
         properties=(Property("the counts the exercise text defines", _same_counts),),
     )
@@ -286,9 +288,9 @@ merge_pair = check(
         reference=_merge,
         hint="Scan left to right and decide at each position whether the pair starts there; a symbol "
         "that was fused is not looked at again. Compare whole symbols, not pieces of the text.",
-        cases=lambda: [
-            Case(f"symbols {s}, pair {p}", {"symbols": s, "pair": p}) for s, p in MERGE_INPUTS
-        ],
+        cases=lambda: cases(
+            ("symbols", "pair"), [(f"symbols {s}, pair {p}", s, p) for s, p in MERGE_INPUTS]
+        ),
         properties=(Property("the stated return type", _a_tuple),),
     )
 )
@@ -303,15 +305,12 @@ learn_bpe = check(Spec(
     forms=(POSITIONAL, KEYWORD, DEFAULTS), hint=LEARN_HINT,
     reference=lambda word_freqs, num_merges, progress=False: [
         s[0] for s in _steps(word_freqs, num_merges)],
-    cases=lambda: [
-        Case(what, {"word_freqs": _freqs(text), "num_merges": 12, "progress": False})
-        for what, text in CORPORA.items()
+    cases=lambda: cases(("word_freqs", "num_merges"), [
+        (what, _freqs(text), 12) for what, text in CORPORA.items()
     ] + [
-        Case("the toy corpus, 0 merges asked",
-             {"word_freqs": _freqs(CORPORA["the toy corpus"]), "num_merges": 0, "progress": False}),
-        Case("a corpus of one two-letter word, 5 merges asked",
-             {"word_freqs": {("a", "b</w>"): 3}, "num_merges": 5, "progress": False}),
-    ],
+        ("the toy corpus, 0 merges asked", _freqs(CORPORA["the toy corpus"]), 0),
+        ("a corpus of one two-letter word, 5 merges asked", {("a", "b</w>"): 3}, 5),
+    ], given={"progress": False}),
     properties=(Property("the steps the text defines", _same_steps),),
 ))  # fmt: skip
 
@@ -339,22 +338,17 @@ ENCODE_MERGES = [
 
 
 def _encode_cases() -> list[Case]:
-    cases = [
-        Case(
-            f"{word!r} with merges {m[:3]}{'...' if len(m) > 3 else ''}",
-            {"word": word, "merges": list(m)},
-        )
+    rows = [  # what, word, merges, [hint]
+        (f"{word!r} with merges {m[:3]}{'...' if len(m) > 3 else ''}", word, list(m))
         for m in ENCODE_MERGES
         for word in ENCODE_WORDS
     ]
-    return cases + [
-        Case(
-            f"{word!r}, characters no merge mentions",
-            {"word": word, "merges": list(ENCODE_MERGES[0])},
-            "Characters the corpus never contained stay single symbols.",
-        )
+    unseen = "Characters the corpus never contained stay single symbols."
+    rows += [
+        (f"{word!r}, characters no merge mentions", word, list(ENCODE_MERGES[0]), unseen)
         for word in ("zoé", "a")
     ]
+    return cases(("word", "merges"), rows)
 
 
 ACCENTS = (
@@ -411,17 +405,16 @@ def _embedding_build(number: int) -> Build:
     # left out, so the default of padding_idx (None: no padding row) is judged too
     built = made if pad is not None else {"vocab_size": vocab, "d_model": d_model}
 
-    def cases() -> list[Case]:
-        out = []
+    def ids() -> list[Case]:
+        rows = []  # what, token_ids
         for index, shape in enumerate(shapes):
             ids = torch.randint(0, vocab, shape, generator=generator(100 * number + index))
             if pad is not None:
                 ids[0, -1] = ids[-1, 0] = pad  # padding at the end and at the start
-            case = Made(f"ids of shape {shape}", {"token_ids": ids}, grad=index == 0, build=built)
-            out.append(case)
-        return out
+            rows.append((f"ids of shape {shape}", ids))
+        return cases(("token_ids",), rows, kind=Made, first_grad=True, build=built)
 
-    return Build(f"TokenEmbedding({vocab}, {d_model}, padding_idx={pad})", made, cases)
+    return Build(f"TokenEmbedding({vocab}, {d_model}, padding_idx={pad})", made, ids)
 
 
 def _attributes(module: Any) -> dict[str, Any]:

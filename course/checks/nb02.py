@@ -25,6 +25,7 @@ from course.spec import (
     ModuleSpec,
     Property,
     Spec,
+    cases,
     check,
 )
 from course.virtual import VIRTUAL
@@ -143,8 +144,8 @@ make_padding_mask = check(Spec(
     exercise="Exercise 2.2", title="padding mask", name="make_padding_mask",
     params=("token_ids", "pad_id"), forms=(POSITIONAL, KEYWORD),
     reference=lambda token_ids, pad_id: torch.ne(token_ids, pad_id)[:, None, :],
-    cases=lambda: [Case(f"ids {ids}, pad_id={pad}", {"token_ids": torch.tensor(ids), "pad_id": pad})
-                   for ids, pad in PADDING_IDS],
+    cases=lambda: cases(("token_ids", "pad_id"), [
+        (f"ids {ids}, pad_id={pad}", torch.tensor(ids), pad) for ids, pad in PADDING_IDS]),
     hint="The exercise text gives the meaning (True where a token is real, i.e. not `pad_id`, "
     "wherever it stands) and the shape (batch, 1, length): the axis of size 1 stands for the "
     "queries.",
@@ -190,8 +191,8 @@ make_causal_mask = check(Spec(
     params=("length", "device"), defaults={"device": None}, forms=(POSITIONAL, KEYWORD, DEFAULTS),
     reference=lambda length, device=None: (
         nn.Transformer.generate_square_subsequent_mask(length) == 0).unsqueeze(0),
-    cases=lambda: [Case(f"length {n}", {"length": n, "device": d}, device=False)
-                   for n, d in ((1, None), (4, None), (7, None), (5, "cpu"))],
+    cases=lambda: cases(("length", "device"), [(f"length {n}", n, d) for n, d in (
+        (1, None), (4, None), (7, None), (5, "cpu"))], device=False),
     hint=CAUSAL_HINT,
     properties=(Property("device", _device_judge, _on_devices),),
 ))  # fmt: skip

@@ -32,6 +32,7 @@ from course.spec import (
     ModuleSpec,
     Property,
     Spec,
+    cases,
     check,
     in_train,
     run_function,
@@ -49,14 +50,14 @@ SIZES = [((2, 5, 12), 3), ((1, 7, 8), 2), ((3, 1, 6), 3), ((2, 4, 10), 1), ((2, 
 def _head_cases(merge: bool) -> list[Case]:
     """split_heads' cases, or merge_heads' on the heads' shape (contiguous (B, H, L, d) as
     attention returns it: transpose-then-view fails); the last one in float64."""
-    g, cases = generator(int(merge)), []
+    g, rows = generator(int(merge)), []  # what, x, [num_heads]
     for i, ((b, n, d), h) in enumerate([*SIZES, ((2, 3, 8), 4)]):
         wide = i == len(SIZES)
         shape = (b, h, n, d // h) if merge else (b, n, d)
         x = torch.randn(shape, generator=g, dtype=torch.float64 if wide else torch.float32)
         what = f"{'a float64 ' if wide else ''}x {shape}{'' if merge else f', {h} heads'}"
-        cases.append(Case(what, {"x": x} if merge else {"x": x, "num_heads": h}, grad=i == 0))
-    return cases
+        rows.append((what, x) if merge else (what, x, h))
+    return cases(("x",) if merge else ("x", "num_heads"), rows, first_grad=True)
 
 
 SPLIT = Spec(
@@ -232,39 +233,22 @@ def _mha_cases(made: dict, pick: tuple[int, ...]) -> list[Case]:
     x, q, k, v, x4, x1 = (
         torch.randn(*s, d, generator=g) for s in ((2, 5), (2, 3), (2, 7), (2, 7), (4, 6), (1, 1))
     )
-    pad4, causal = ref.key_mask([6, 2, 5, 3], 6), ref.causal(6)
-    cross = {"query": q, "key": k, "value": v}
-
-    def own(t: torch.Tensor, mask: Any = None) -> dict[str, Any]:  # self-attention's inputs
-        return {"query": t, "key": t, "value": t, "mask": mask}
-
-    table = [
-        Case("self-attention, x (2, 5, d_model), no mask", own(x), grad=True),
-        Case("cross-attention, 3 queries over 7 keys with other values", {**cross, "mask": None}),
-        Case(
-            "cross-attention with a (2, 1, 7) padding mask",
-            {**cross, "mask": ref.key_mask([7, 4], 7)},
-            grad=True,
-        ),
-        Case("self-attention, 4 sequences of different lengths, (4, 1, 6) mask", own(x4, pad4)),
-        Case("self-attention with a (1, 6, 6) causal mask", own(x4, causal)),
-        Case("self-attention with a causal and padding mask (4, 6, 6)", own(x4, causal & pad4)),
-        Case(
-            "cross-attention with a (2, 1, 1, 7) mask that already has a head axis",
-            {**cross, "mask": ref.key_mask([3, 6], 7).unsqueeze(1)},
-        ),
-        Case("a batch of one, a single token", own(x1)),
-        Case(
-            "cross-attention, 3 queries over 4 keys (where dropout acts, in train mode)",
-            {"query": q, "key": k[:, :4], "value": v[:, :4], "mask": None},
-        ),
-        Case(
-            "self-attention where sequence 1 is all padding (fully masked rows: compared only "
-            "on the other device, in train and eval mode)",
-            own(x4, ref.key_mask([6, 0, 5, 3], 6)),
-            compare=False,
-        ),
-    ]
+    pad4, causal, dead = ref.key_mask([6, 2, 5, 3], 6), ref.causal(6), ref.key_mask([6, 0, 5, 3], 6)
+    table = cases(("query", "key", "value", "mask"), (  # what, query, key, value, mask, [grad]
+        ("self-attention, x (2, 5, d_model), no mask", x, x, x, None, True),
+        ("cross-attention, 3 queries over 7 keys with other values", q, k, v, None),
+        ("cross-attention with a (2, 1, 7) padding mask", q, k, v, ref.key_mask([7, 4], 7), True),
+        ("self-attention, 4 sequences of different lengths, (4, 1, 6) mask", x4, x4, x4, pad4),
+        ("self-attention with a (1, 6, 6) causal mask", x4, x4, x4, causal),
+        ("self-attention with a causal and padding mask (4, 6, 6)", x4, x4, x4, causal & pad4),
+        ("cross-attention with a (2, 1, 1, 7) mask that already has a head axis", q, k, v,
+         ref.key_mask([3, 6], 7).unsqueeze(1)),
+        ("a batch of one, a single token", x1, x1, x1, None),
+        ("cross-attention, 3 queries over 4 keys (where dropout acts, in train mode)", q,
+         k[:, :4], v[:, :4], None),
+        ("self-attention where sequence 1 is all padding (fully masked rows: compared only on "
+         "the other device, in train and eval mode)", x4, x4, x4, dead, False, False),
+    ), fields=("grad", "compare"))  # fmt: skip
     return [table[i] for i in pick]
 
 
@@ -382,10 +366,11 @@ parameter_count = check(
         forms=(POSITIONAL, KEYWORD, DEFAULTS),
         reference=_torch_count,
         random=GLOBAL,
-        cases=lambda: [
-            Case(f"d_model={d}, {h} heads", {"d_model": d, "num_heads": h, "bias": b}, device=False)
-            for d, h, b in COUNTS
-        ],
+        cases=lambda: cases(
+            ("d_model", "num_heads", "bias"),
+            [(f"d_model={d}, {h} heads", d, h, b) for d, h, b in COUNTS],
+            device=False,
+        ),
         hint="Add up the weight matrices and bias vectors of the projections of 3.2, and ask which "
         "of their sizes depend on the number of heads.",
     )

@@ -32,6 +32,7 @@ from course.spec import (
     ModuleSpec,
     Property,
     Spec,
+    cases,
     check,
     in_train,
     run_module,
@@ -65,14 +66,15 @@ def _builds(rows: list[tuple], offset: int) -> Callable[[], list[Build]]:
         d, n, p = made["d_model"], made.get("max_len", 512), made.get("dropout", 0.0)
         mode = f"; dropout={p}, which eval mode turns off" if p else ""
         exactly = f"x of exactly max_len={n} positions (every length up to and including max_len"
-        return [
-            Case(
+        rows = [  # what, x, grad
+            (
                 (f"{exactly} is allowed)" if length == n else f"x ({b}, {length}, {d})") + mode,
-                {"x": torch.randn(b, length, d, generator=g)},
-                grad=i == 1,
+                torch.randn(b, length, d, generator=g),
+                i == 1,
             )
             for i, (b, length) in enumerate(shapes)
         ]
+        return cases(("x",), rows, fields=("grad",))
 
     return lambda: [
         Build(what, made, functools.partial(xs, made, shapes, offset + i), not made.get("dropout"))
@@ -162,10 +164,11 @@ sinusoidal_table = check(
         hint=TABLE_HINT,
         reference=_table,
         mistakes=TABLE_MISTAKES,
-        cases=lambda: [
-            Case(f"a ({n}, {d}) table", {"max_len": n, "d_model": d}, device=False)
-            for n, d in ((7, 6), (1, 4), (50, 16), (101, 64))
-        ],
+        cases=lambda: cases(
+            ("max_len", "d_model"),
+            [(f"a ({n}, {d}) table", n, d) for n, d in ((7, 6), (1, 4), (50, 16), (101, 64))],
+            device=False,
+        ),
         properties=(
             Property(
                 "long tables, as float32 allows",

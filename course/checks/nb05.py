@@ -35,6 +35,7 @@ from course.spec import (
     ModuleSpec,
     Property,
     Spec,
+    cases,
     check,
     run_module,
 )
@@ -245,19 +246,9 @@ def _x(*shape: int, g: torch.Generator) -> torch.Tensor:
     return torch.randn(*shape, generator=g)
 
 
-def _table(names: tuple[str, ...], rows: list[tuple], pad: int = 0) -> list[Case]:
-    """Cases from ``(what, *inputs)`` rows (``alone``, ``added`` after them for a probe that
-    appends what the text says cannot reach the first positions); the first ordinary case
-    compares gradients."""
-    out, grad = [], True
-    for what, *values in rows:
-        inputs, probe = dict(zip(names, values[: len(names)], strict=True)), values[len(names) :]
-        if probe:
-            out.append(Probe(what, inputs, alone=probe[0], added=probe[1], pad=pad))
-        else:
-            out.append(Probe(what, inputs, grad=grad, pad=pad))
-            grad = False
-    return out
+# Rows ``(what, *inputs, grad)``, then ``alone, added`` for a probe that appends what the text
+# says cannot reach the first positions; the first ordinary case compares gradients.
+_probes = functools.partial(cases, fields=("grad", "alone", "added"), kind=Probe)
 
 
 # --- Exercise 5.1 ---------------------------------------------------------------------------
@@ -267,7 +258,9 @@ def _ffn_cases(b: Mapping) -> list[Case]:
     d = b["d_model"]
     g = generator(10 + d)
     shapes = ((3, 5, d), (1, 7, d), (4, d), (2, 2, 3, d))
-    return _table(("x",), [(f"an input of shape {s}", _x(*s, g=g)) for s in shapes])
+    return _probes(
+        ("x",), [(f"an input of shape {s}", _x(*s, g=g)) for s in shapes], first_grad=True
+    )
 
 
 feed_forward = _module_check(
@@ -318,7 +311,7 @@ def _residual_cases(b: Mapping) -> list[Case]:
     g, sub = generator(60 + d), _sublayer(d)
     what = "x of shape {} (mean 1, scale 3) and an FFN as the sub-layer"
     rows = [(what.format(s), 3 * _x(*s, d, g=g) + 1, sub) for s in ((2, 5), (1, 3))]
-    return _table(("x", "sublayer"), rows)
+    return _probes(("x", "sublayer"), rows, first_grad=True)
 
 
 pre_norm_residual = _module_check(
@@ -366,11 +359,11 @@ def _encoder_block_cases(b: Mapping) -> list[Case]:
     g = generator(110 + d)
     x, junk = _x(1, 5, d, g=g), 5 * _x(1, 4, d, g=g)
     both = ref.key_mask([6, 3], 6) & ref.causal(6)
-    return _table(("x", "mask"), [
+    return _probes(("x", "mask"), [
         ("5 positions and 4 masked padding positions appended", torch.cat([x, junk], 1),
-         ref.key_mask([5], 9), {"x": x, "mask": None}, "the masked padding"),
+         ref.key_mask([5], 9), False, {"x": x, "mask": None}, "the masked padding"),
         ("lengths [7, 4, 1] with a (B, 1, L) padding mask", _x(3, 7, d, g=g),
-         ref.key_mask([7, 4, 1], 7)),
+         ref.key_mask([7, 4, 1], 7), True),
         ("batch 1, mask=None", _x(1, 5, d, g=g), None),
         ("a (1, L, L) causal mask", _x(2, 6, d, g=g), ref.causal(6)),
         ("a (B, L, L) mask: padding and causal", _x(2, 6, d, g=g), both),
@@ -414,13 +407,15 @@ def _decoder_block_cases(b: Mapping) -> list[Case]:
     x, memory = _x(2, 6, d, g=g), _x(2, 5, d, g=g)
     longer = torch.cat([memory, 4 * _x(2, 3, d, g=g)], 1)
     whole = {"x": x, "memory": memory, "tgt_mask": ref.causal(6), "memory_mask": None}
-    return _table(("x", "memory", "tgt_mask", "memory_mask"), [
+    return _probes(("x", "memory", "tgt_mask", "memory_mask"), [
         ("a causal mask, target positions 1-5 appended to position 0", x, memory, ref.causal(6),
-         None, whole | {"x": x[:, :1], "tgt_mask": ref.causal(1)}, "the later target positions"),
+         None, False, whole | {"x": x[:, :1], "tgt_mask": ref.causal(1)},
+         "the later target positions"),
         ("3 masked padding rows appended to the memory", x, longer, ref.causal(6),
-         ref.key_mask([5, 5], 8), whole, "the masked padding rows"),
+         ref.key_mask([5, 5], 8), False, whole, "the masked padding rows"),
         ("target lengths [5, 3], memory lengths [7, 2] (L_t = 5, L_s = 7)", _x(2, 5, d, g=g),
-         _x(2, 7, d, g=g), ref.key_mask([5, 3], 5) & ref.causal(5), ref.key_mask([7, 2], 7)),
+         _x(2, 7, d, g=g), ref.key_mask([5, 3], 5) & ref.causal(5), ref.key_mask([7, 2], 7),
+         True),
         ("batch 1, target 4, memory 6, a (1, L_t, L_t) causal mask, memory_mask=None",
          _x(1, 4, d, g=g), _x(1, 6, d, g=g), ref.causal(4), None),
         ("target 6, memory 3 (L_t > L_s)", _x(2, 6, d, g=g), _x(2, 3, d, g=g), ref.causal(6),
@@ -480,10 +475,10 @@ def _encoder_cases(b: Mapping) -> list[Case]:
     explicit[0, 0, 1] = False  # an explicit mask is used as given (it also hides a real token)
     real = _ids([5, 5], 5, pad, vocab, g)
     padded = torch.cat([real, torch.full((2, 3), pad)], 1)
-    return _table(("ids", "mask"), [
-        ("5 tokens and 3 pad tokens appended, mask=None", padded, None,
+    return _probes(("ids", "mask"), [
+        ("5 tokens and 3 pad tokens appended, mask=None", padded, None, False,
          {"ids": real, "mask": None}, "the pad tokens"),
-        ("lengths [6, 3, 1], mask=None", ids, None),
+        ("lengths [6, 3, 1], mask=None", ids, None, True),
         (f"lengths [{width}] (max_len = {b['max_len']})", _ids([width], width, pad, vocab, g),
          None),
         ("an explicit mask that also hides a real token", ids, explicit),
@@ -529,13 +524,13 @@ def _decoder_cases(b: Mapping) -> list[Case]:
     full = _ids([5, 5], 5, pad, vocab, g)
     longer = torch.cat([memory, 3 * _x(2, 2, d, g=g)], 1)
     whole = {"tgt_ids": full, "memory": memory, "memory_mask": None}
-    return _table(("tgt_ids", "memory", "memory_mask"), [
-        ("target positions 1-4 appended to position 0", full, memory, None,
+    return _probes(("tgt_ids", "memory", "memory_mask"), [
+        ("target positions 1-4 appended to position 0", full, memory, None, False,
          whole | {"tgt_ids": full[:, :1]}, "the later target positions"),
         ("2 masked padding rows appended to the memory", full, longer, ref.key_mask([4, 4], 6),
-         whole, "the masked padding rows"),
+         False, whole, "the masked padding rows"),
         ("target lengths [6, 3, 1], memory lengths [4, 7, 2]", ids, _x(3, 7, d, g=g),
-         ref.key_mask([4, 7, 2], 7)),
+         ref.key_mask([4, 7, 2], 7), True),
         ("target lengths [5, 5], memory 3 positions, memory_mask=None", full, _x(2, 3, d, g=g),
          None),
     ])  # fmt: skip
@@ -596,12 +591,12 @@ def _model_cases(b: Mapping) -> list[Case]:
     real, tgt2 = _ids([6, 6], 6, pad, b[sv], g), _ids([5, 5], 5, pad, b[tv], g)
     longer = torch.cat([real, torch.full((2, 3), pad)], 1)
     whole = {"src_ids": real, "tgt_ids": tgt2}
-    return _table(("src_ids", "tgt_ids"), [
-        ("target positions 1-4 appended to position 0", real, tgt2,
+    return _probes(("src_ids", "tgt_ids"), [
+        ("target positions 1-4 appended to position 0", real, tgt2, False,
          {"src_ids": real, "tgt_ids": tgt2[:, :1]}, "the later target positions"),
-        ("3 pad tokens appended to the source", longer, tgt2, whole, "the pad tokens"),
-        ("a batch of 3 (source lengths [7, 4, 2])", src, tgt),
-    ], pad)  # fmt: skip
+        ("3 pad tokens appended to the source", longer, tgt2, False, whole, "the pad tokens"),
+        ("a batch of 3 (source lengths [7, 4, 2])", src, tgt, True),
+    ], pad=pad)  # fmt: skip
 
 
 def _logits_of_bias(case: Case, state: dict) -> torch.Tensor:
@@ -698,14 +693,13 @@ GREEDY = (  # source words, width, max_new_tokens, (bos, eos, pad)
 
 
 def _greedy_cases() -> list[Case]:
-    cases = []
+    rows = []  # what, then a value for each of GREEDY_PARAMS
     for n, (words, width, steps, special) in enumerate(GREEDY):
         src = torch.tensor([word + [special[2]] * (width - len(word)) for word in words])
-        values = (_ReverseOracle(special, 400 + n), src, steps, *special)
         what = f"a batch of {len(words)} sources of width {width}, max_new_tokens {steps}"
-        inputs = dict(zip(GREEDY_PARAMS, values, strict=True))
-        cases.append(Case(f"{what}, bos/eos/pad {special}", inputs))
-    return cases
+        what = f"{what}, bos/eos/pad {special}"
+        rows.append((what, _ReverseOracle(special, 400 + n), src, steps, *special))
+    return cases(GREEDY_PARAMS, rows)
 
 
 def _greedy_answer(

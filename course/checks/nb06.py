@@ -30,7 +30,7 @@ from course.domains import Numbers
 from course.observe import claim
 from course.properties import generator, modes, seeded
 from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, check
+from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, cases, check
 from course.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
@@ -57,7 +57,7 @@ MASKING_CASES = (
 
 def _masking_cases() -> list[Case]:
     """``[CLS] w1 .. wn [SEP] [PAD] ..`` rows of random lengths and their special-token mask."""
-    cases = []
+    table = []  # what, input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_prob., device
     for offset, (what, rows, length, sizes, vocab, p) in enumerate(MASKING_CASES):
         g = generator(offset)
         ids = torch.randint(5, vocab, (rows, length), generator=g)
@@ -67,10 +67,9 @@ def _masking_cases() -> list[Case]:
         ids[positions == lengths - 1] = SEP
         ids[positions >= lengths] = PAD
         special = (ids == CLS) | (ids == SEP) | (ids == PAD)
-        inputs = {"input_ids": ids, "special_tokens_mask": special, "mask_token_id": MASK}
-        inputs.update(vocab_size=vocab, mlm_probability=p)
-        cases.append(Case(what, inputs, compare=False, device=rows * length < 1000))
-    return cases
+        table.append((what, ids, special, MASK, vocab, p, rows * length < 1000))
+    params = ("input_ids", "special_tokens_mask", "mask_token_id", "vocab_size", "mlm_probability")
+    return cases(params, table, fields=("device",), compare=False)
 
 
 def _masking_twin(input_ids, special_tokens_mask, mask_token_id, vocab_size, mlm_probability):
@@ -388,46 +387,42 @@ CLIP_HINT = (
     "changes nothing."
 )
 
-# (what, task, batch size of each step, length, schedule, max_grad_norm, hint: what a wrong
-# update most likely means in this case). The course calls train_step positionally (fit in
-# notebooks 06 to 08); the drawn max_grad_norm runs by keyword and with the default left out.
+# (what, the seed of its model and batches, task, batch size of each step, length, schedule,
+# max_grad_norm, hint: what a wrong update most likely means in this case): _steps makes a run
+# from them. The course calls train_step positionally (fit in notebooks 06 to 08); the drawn
+# max_grad_norm runs by keyword and with the default left out.
 STEP_CASES = (
-    ("one step of a model left in eval mode, constant learning rate, no clipping", "sequence",
+    ("one step of a model left in eval mode, constant learning rate, no clipping", 0, "sequence",
      (6,), 9, "constant", NO_CLIP,
      "One step: forward (dropout on), loss, gradients of that loss alone, update."),
-    ("three steps, constant learning rate, no clipping", "sequence", (6, 6, 6), 9, "constant",
+    ("three steps, constant learning rate, no clipping", 1, "sequence", (6, 6, 6), 9, "constant",
      NO_CLIP, "Each update must use the gradient of its own batch only: gradients add up in "
      "`.grad` until something clears them."),
-    ("one step with max_grad_norm=0.01 (the gradient must be rescaled)", "sequence", (6,), 9,
+    ("one step with max_grad_norm=0.01 (the gradient must be rescaled)", 2, "sequence", (6,), 9,
      "constant", 0.01, CLIP_HINT),
-    ("three steps with a decaying learning rate", "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
+    ("three steps with a decaying learning rate", 3, "sequence", (4, 4, 4), 9, "decay", NO_CLIP,
      "Step k must use the k-th learning rate of the schedule: the scheduler moves on once per "
      "step, after the update it governs."),
     ("two steps of a token classifier (labels (batch, length) with -100), batches of 1 and 3, "
-     "max_grad_norm=0.5", "token", (1, 3), 7, "constant", 0.5,
+     "max_grad_norm=0.5", 4, "token", (1, 3), 7, "constant", 0.5,
      "The loss is the model's own (`.loss`), which skips the -100 labels."),
 )  # fmt: skip
-
-
-def _step_cases() -> list[Case]:
-    cases = []
-    for offset, (what, task, sizes, length, schedule, max_grad_norm, hint) in enumerate(STEP_CASES):
-        batches = [_tiny_batch(n, length, task, 3, 100 * offset + k) for k, n in enumerate(sizes)]
-        words = {p: _Word(p) for p in ("model", "batch", "optimizer", "scheduler")}
-        run = {"task": task, "batches": batches, "schedule": schedule, "offset": offset}
-        inputs = {**words, "max_grad_norm": max_grad_norm, **run}
-        cases.append(Case(what, inputs, hint=hint, strict=STEP_BOUND))
-    return cases
+STEP_PARAMS = ("seed", "task", "sizes", "length", "schedule", "max_grad_norm")
+CALLED = {p: _Word(p) for p in ("model", "batch", "optimizer", "scheduler")}  # made by _steps
 
 
 def _steps(inputs: dict) -> list[dict]:
     """A run: a tiny BERT left in eval mode (as after an evaluation), SGD over it and a
     scheduler, made afresh; one call per batch, each batch as a GPU loader gives it."""
-    model = _tiny_bert(inputs["task"], 3, 0.2, inputs["offset"]).eval()
+    seed, task, length = inputs["seed"], inputs["task"], inputs["length"]
+    model = _tiny_bert(task, 3, 0.2, seed).eval()
     optimizer = torch.optim.SGD(model.parameters(), lr=BASE_LR)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[inputs["schedule"]])
     made = dict(inputs, model=model, optimizer=optimizer, scheduler=scheduler)
-    return [dict(made, batch=unmoved(batch)) for batch in inputs["batches"]]
+    sizes = enumerate(inputs["sizes"])
+    return [
+        dict(made, batch=unmoved(_tiny_batch(n, length, task, 3, 100 * seed + k))) for k, n in sizes
+    ]
 
 
 def _formula_step(  # noqa: ANN001
@@ -498,7 +493,9 @@ train_step = check(
         mutable=("model", "optimizer", "scheduler"),
         reference=_formula_step,
         mistakes=STEP_MISTAKES,
-        cases=_step_cases,
+        cases=lambda: cases(
+            STEP_PARAMS, STEP_CASES, fields=("hint",), strict=STEP_BOUND, given=CALLED
+        ),
         calls=_steps,
         watch=_watch,
         watched=("parameters", "scheduler steps"),  # each step's update, then its schedule
@@ -530,7 +527,7 @@ EVAL_CASES = (
 def _eval_cases() -> list[Case]:
     """Labels set from the model's own predictions, so that the number of correct ones is
     known (uneven per batch: a mean of batch means is wrong)."""
-    cases = []
+    table = []  # what, task, labels, seed, batches, right
     for offset, (what, task, num_labels, sizes, length, right) in enumerate(EVAL_CASES, 20):
         model = _tiny_bert(task, num_labels, 0.5, offset).eval()
         batches = []
@@ -546,10 +543,9 @@ def _eval_cases() -> list[Case]:
             labels = torch.where(wrong, (predictions + 1) % num_labels, predictions)
             batch["labels"] = torch.where(batch["labels"] != IGNORE_INDEX, labels, IGNORE_INDEX)
             batches.append(batch)
-        words = {"model": _Word("model"), "loader": _Word("loader"), "device": torch.device("cpu")}
-        run = {"task": task, "labels": num_labels, "offset": offset, "batches": batches}
-        cases.append(Case(what, {**words, **run, "right": right}))
-    return cases
+        table.append((what, task, num_labels, offset, batches, right))
+    words = {"model": _Word("model"), "loader": _Word("loader"), "device": torch.device("cpu")}
+    return cases(("task", "labels", "offset", "batches", "right"), table, given=words)
 
 
 def _evaluation(inputs: dict) -> list[dict]:

@@ -19,7 +19,7 @@ from course import models
 from course import properties as prop
 from course.observe import claim
 from course.properties import CheckFailure, generator, same
-from course.spec import Case, Property, Spec, check
+from course.spec import Case, Property, Spec, cases, check
 
 IGNORE_INDEX = -100  # the label PyTorch's cross-entropy skips
 NUM_TAGS = 17  # UPOS
@@ -111,17 +111,11 @@ def _tags(n_words: int, g: torch.Generator) -> list[int]:
 
 def _align_cases() -> list[Case]:
     g = generator()
-    return [
-        Case(
-            what,
-            {
-                "encoding": _encode(rows, length, padding),
-                "tags": [_tags(len(SENTENCES[i]), g) for i in rows],
-            },
-            device=False,  # the labels are built from Python lists, as the encoding's are
-        )
+    table = [
+        (what, _encode(rows, length, padding), [_tags(len(SENTENCES[i]), g) for i in rows])
         for what, rows, length, padding in ALIGN_CASES
-    ]
+    ]  # the labels are built from Python lists, as the encoding's are: no second device
+    return cases(("encoding", "tags"), table, device=False)
 
 
 def _first_pieces(word_ids: list[int | None]) -> list[bool]:
@@ -224,14 +218,13 @@ def _words_cases() -> list[Case]:
         ("a real sentence ('The U.S. economy grew 3.5 % ...') truncated to 12 tokens",
          real.word_ids(), len(SENTENCES[2]), False),
     )  # fmt: skip
-    cases = []
+    rows = []  # what, word_ids, token_predictions, num_words, device
     for offset, (what, word_ids, words, as_tensor) in enumerate(table):
         # every token gets its own prediction, so taking the wrong piece is visible
         values = torch.randperm(len(word_ids), generator=generator(100 + offset)) + 100
         predictions = values if as_tensor else values.tolist()
-        inputs = {"word_ids": list(word_ids), "token_predictions": predictions, "num_words": words}
-        cases.append(Case(what, inputs, device=bool(as_tensor)))
-    return cases
+        rows.append((what, list(word_ids), predictions, words, bool(as_tensor)))
+    return cases(("word_ids", "token_predictions", "num_words"), rows, fields=("device",))
 
 
 def _words(word_ids: list[int | None], token_predictions: Any, num_words: int) -> list[int]:

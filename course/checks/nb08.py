@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from sklearn.metrics import accuracy_score, precision_score, recall_score
 from course import properties as prop
 from course.domains import Tensors
 from course.properties import OneOf, generator
-from course.spec import Case, Mistake, Property, Spec, check
+from course.spec import Case, Mistake, Property, Spec, cases, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4
@@ -57,10 +56,7 @@ def _pool_cases() -> list[Case]:
         ("one-token sentences (3, 1, 2)", torch.randn(3, 1, 2, generator=g),
          torch.tensor([[True], [False], [True]]), None),
     ]  # fmt: skip
-    return [
-        Case(what, {"hidden": h, "token_mask": m}, hint, grad=i == 0)
-        for i, (what, h, m, hint) in enumerate(rows)
-    ]
+    return cases(("hidden", "token_mask"), rows, first_grad=True)
 
 
 def _bag_mean(hidden: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
@@ -146,7 +142,7 @@ def _threshold_cases() -> list[Case]:
     )
     rows.append(("logits in the thousands (30, 5; their exp overflows), threshold=0.6", huge, 0.6,
                  5))  # fmt: skip
-    return [Case(w, {"logits": x, "threshold": t, "oos_id": o}) for w, x, t, o in rows]
+    return cases(("logits", "threshold", "oos_id"), rows)
 
 
 def _thresholded(logits: torch.Tensor, threshold: float, oos_id: int) -> torch.Tensor:
@@ -210,7 +206,7 @@ def _metrics_cases() -> list[Case]:
         ("300 random rows with oos_id=5", random_pred, random_target, 5),
         ("50 random rows with oos_id=0", zero_pred, zero_target, 0),
     ]  # fmt: skip
-    return [Case(w, {"pred": p, "target": t, "oos_id": o}) for w, p, t, o in rows]
+    return cases(("pred", "target", "oos_id"), rows)
 
 
 def _sklearn_metrics(pred: torch.Tensor, target: torch.Tensor, oos_id: int) -> dict[str, float]:
@@ -306,42 +302,40 @@ def _choose_cases() -> list[Case]:
     # allowed, so the default candidates must reach 1.00
     all_in_budget = _fixed_validation(2, [0.95] * 148, 85)
 
-    def case(what: str, data: tuple, **options: Any) -> Case:
-        inputs = {"val_logits": data[0], "val_target": data[1], "oos_id": CLASSES, **options}
-        return Case(what, inputs)
-
+    # rows: what, val_logits, val_target, the further arguments (max_drop, candidates) given;
     # the two sets built to tell the rules apart come first, so a rule's mistake is named
     # whatever the seed draws for the random sets
     rules = [
-        case(f"a validation set with in-scope accuracy 0.5 without threshold, max_drop="
-             f"{RULE_MAX_DROP}, candidates 1.0, 0.9, ..., 0.0 (accuracy exactly 0.5 - "
-             f"{RULE_MAX_DROP} at the answer)", rule, max_drop=RULE_MAX_DROP,
-             candidates=list(RULE_CANDIDATES)),
-        case("a validation set where every threshold stays within max_drop (in-scope accuracy "
-             "2/128 to begin with), default max_drop and candidates", all_in_budget),
-        case("a validation set where thresholds 0.56 to 0.95 fall 0.0025 under the floor (287 "
-             "in-scope rows right of 400, the floor 288), default max_drop and candidates",
-             _near_edge()),
+        (f"a validation set with in-scope accuracy 0.5 without threshold, max_drop="
+         f"{RULE_MAX_DROP}, candidates 1.0, 0.9, ..., 0.0 (accuracy exactly 0.5 - "
+         f"{RULE_MAX_DROP} at the answer)", *rule,
+         {"max_drop": RULE_MAX_DROP, "candidates": list(RULE_CANDIDATES)}),
+        ("a validation set where every threshold stays within max_drop (in-scope accuracy "
+         "2/128 to begin with), default max_drop and candidates", *all_in_budget, {}),
+        ("a validation set where thresholds 0.56 to 0.95 fall 0.0025 under the floor (287 "
+         "in-scope rows right of 400, the floor 288), default max_drop and candidates",
+         *_near_edge(), {}),
     ]  # fmt: skip
     randoms = [
-        case(
+        (
             f"a synthetic validation set ({name}), max_drop={drop}, candidates 0, 0.05, ..., 1",
-            data,
-            max_drop=drop,
-            candidates=list(GRID_005),
+            *data,
+            {"max_drop": drop, "candidates": list(GRID_005)},
         )
         for name, data in sets.items()
         for drop in (0.03, 0.08)
     ]
-    return rules + randoms + [
-        case("a synthetic validation set (set C), default max_drop (0.03) and candidates (0.00, "
-             "0.01, ..., 1.00)", third),
-        case(f"the validation set with accuracy 0.5 without threshold, max_drop={RULE_MAX_DROP}, "
-             "candidates 0.8, 0.5, 0.6, 0.7 (the threshold 0, no threshold, is not among them)",
-             rule, max_drop=RULE_MAX_DROP, candidates=[0.8, 0.5, 0.6, 0.7]),
-        case("set A with max_drop=0.0 (no drop at all allowed)", sets["set A"], max_drop=0.0,
-             candidates=list(GRID_005)),
+    rows = rules + randoms + [
+        ("a synthetic validation set (set C), default max_drop (0.03) and candidates (0.00, "
+         "0.01, ..., 1.00)", *third, {}),
+        (f"the validation set with accuracy 0.5 without threshold, max_drop={RULE_MAX_DROP}, "
+         "candidates 0.8, 0.5, 0.6, 0.7 (the threshold 0, no threshold, is not among them)",
+         *rule, {"max_drop": RULE_MAX_DROP, "candidates": [0.8, 0.5, 0.6, 0.7]}),
+        ("set A with max_drop=0.0 (no drop at all allowed)", *sets["set A"],
+         {"max_drop": 0.0, "candidates": list(GRID_005)}),
     ]  # fmt: skip
+    params = ("val_logits", "val_target", "oos_id")
+    return cases(params, [(what, x, y, CLASSES, more) for what, x, y, more in rows], keywords=True)
 
 
 def _accuracy_rows(
@@ -441,11 +435,11 @@ def _gaussian_cases() -> list[Case]:
          _gaussian_set(862, (12, 40, 25), 3)),
         ("a single class (20 rows, 4 dimensions)", _gaussian_set(863, (20,), 4)),
     ]  # fmt: skip
-    cases = [Case(what, {"features": x, "labels": y}) for what, (x, y) in rows]
     x, y = _gaussian_set(864, (40, 60), 3)
     loose = {"atol": 1e-3, "rtol": 1e-3}  # an inverse in float32 loses about three digits
-    inputs = {"features": x.float(), "labels": y}
-    return [*cases, Case("float32 vectors (2 classes, 3 dimensions)", inputs, strict=loose)]
+    rows = [(what, *xy) for what, xy in rows]  # what, features, labels, [hint, strict]
+    rows.append(("float32 vectors (2 classes, 3 dimensions)", x.float(), y, None, loose))
+    return cases(("features", "labels"), rows)
 
 
 def _sklearn_gaussians(features: torch.Tensor, labels: torch.Tensor) -> tuple[OneOf, OneOf]:
@@ -544,13 +538,14 @@ def _score_cases() -> list[Case]:
         ("a batch of one row, float32 inputs", queries[:1].float(), means.float(),
          precision.float()),
     ]  # fmt: skip
-    cases = []
-    for what, x, m, p in rows:
+
+    def bound(x: torch.Tensor, m: torch.Tensor, p: torch.Tensor) -> dict | bool:
         # float32 on an expanded square cancels digits: the bound follows the size of its terms
         terms = sum(float((v @ p.double() * v).sum(-1).max()) for v in (x.double(), m.double()))
-        bound = {"rtol": 1e-3, "atol": 1e-4 * terms} if x.dtype == torch.float32 else False
-        cases.append(Case(what, {"features": x, "means": m, "precision": p}, strict=bound))
-    return cases
+        return {"rtol": 1e-3, "atol": 1e-4 * terms} if x.dtype == torch.float32 else False
+
+    rows = [(*row, bound(*row[1:])) for row in rows]  # what, features, means, precision, strict
+    return cases(("features", "means", "precision"), rows, fields=("strict",))
 
 
 def _scipy_scores(features: torch.Tensor, means: torch.Tensor, precision: torch.Tensor) -> OneOf:

@@ -21,7 +21,7 @@ from course import properties as prop
 from course.domains import Numbers
 from course.nn import MultiHeadAttention
 from course.properties import CheckFailure, OneOf, a_type, expect, generator, large_scores
-from course.spec import KEYWORD, Case, Property, Spec, check
+from course.spec import KEYWORD, Case, Property, Spec, cases, check
 
 # --- 9.1 language-model loss ------------------------------------------------------------------
 
@@ -40,10 +40,10 @@ def _loss_cases() -> list[Case]:
     pad5 = _ids(g, 1, 8, 10, low=0)
     pad5[pad5 == 5] = 4
     pad5[0, 6:] = 5
-    rows = [
+    rows = [  # what, logits, token_ids, pad_id, [grad]
         ("(2, 6, 11) logits, no padding", torch.randn(2, 6, 11, generator=g), _ids(g, 2, 6, 11), 0),
         ("(3, 7, 13) logits, rows right-padded with pad_id=0 after 7, 5 and 3 tokens",
-         torch.randn(3, 7, 13, generator=g), right, 0),
+         torch.randn(3, 7, 13, generator=g), right, 0, True),
         ("(2, 6, 9) logits, the first row left-padded with pad_id=0",
          torch.randn(2, 6, 9, generator=g), left, 0),
         ("a batch of one with pad_id=5 (not 0)", torch.randn(1, 8, 10, generator=g), pad5, 5),
@@ -52,10 +52,7 @@ def _loss_cases() -> list[Case]:
         ("float64 logits", torch.randn(2, 4, 7, generator=g, dtype=torch.float64),
          _ids(g, 2, 4, 7), 0),
     ]  # fmt: skip
-    return [
-        Case(what, {"logits": x, "token_ids": ids, "pad_id": pad}, grad=i == 1)
-        for i, (what, x, ids, pad) in enumerate(rows)
-    ]
+    return cases(("logits", "token_ids", "pad_id"), rows, fields=("grad",))
 
 
 def _loss(logits: torch.Tensor, token_ids: torch.Tensor, pad_id: int) -> tuple[OneOf, OneOf]:
@@ -137,7 +134,7 @@ def _filter_cases() -> list[Case]:
         ("(2, 6) logits, no filter arguments (nothing changes)", torch.randn(2, 6, generator=g),
          {}),
     ]  # fmt: skip
-    return [Case(what, {"logits": x, **filters}, compare=False) for what, x, filters in rows]
+    return cases(("logits",), rows, keywords=True, compare=False)  # what, logits, filters
 
 
 def _kept(logits: torch.Tensor, filters: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
@@ -314,22 +311,27 @@ def _sample_cases() -> list[Case]:
          {"top_k": 3}),
     ]  # fmt: skip
 
-    def inputs(model: nn.Module, prompts: list, new: int, filters: dict, seed: int) -> dict:
-        return {"model": model, "prompts": prompts, "max_new_tokens": new, "eos_id": EOS,
-                "pad_id": PAD, "generator": generator(seed), **filters}  # fmt: skip
-
-    cases = [
-        Case(
-            f"{what} (max_new_tokens={new})", inputs(_ToyLM(eos, 931), p, new, f, 95), device=i == 0
+    table = [  # what, model, prompts, max_new_tokens, eos_id, pad_id, generator, filters, device
+        (
+            f"{what} (max_new_tokens={new})",
+            _ToyLM(eos, 931),
+            p,
+            new,
+            EOS,
+            PAD,
+            generator(95),
+            f,
+            i == 0,
         )
         for i, (what, p, new, f, eos) in enumerate(greedy)
     ]
     model = _ToyLM(1, 932)
-    cases += [
-        Case(what, inputs(model, [[first] for _ in range(rows)], new, f, 96), device=False)
+    table += [
+        (what, model, [[first] for _ in range(rows)], new, EOS, PAD, generator(96), f, False)
         for what, rows, first, new, f in draws
     ]
-    return cases
+    params = ("model", "prompts", "max_new_tokens", "eos_id", "pad_id", "generator")
+    return cases(params, table, fields=("device",), keywords=True)
 
 
 def _continuations(
@@ -470,7 +472,7 @@ def _cache_cases() -> list[Case]:
         (16, 4, True, 2, 0, 4), (16, 4, True, 2, 4, 1), (16, 4, True, 2, 5, 3),
         (12, 3, False, 1, 0, 1), (12, 3, False, 1, 2, 2), (8, 1, True, 3, 3, 2),
     ]  # fmt: skip
-    cases = []
+    table = []  # what, attention, x, cache
     for d_model, heads, bias, batch, cached, new in rows:
         with prop.seeded(d_model):
             attention = MultiHeadAttention(d_model, heads, bias=bias)
@@ -483,9 +485,8 @@ def _cache_cases() -> list[Case]:
             f"MultiHeadAttention({d_model}, {heads}, bias={bias}), batch {batch}, {new} new "
             f"token{'s' * (new > 1)} after {cached} cached"
         )
-        x = torch.randn(batch, new, d_model, generator=g)
-        cases.append(Case(what, {"attention": attention, "x": x, "cache": past}))
-    return cases
+        table.append((what, attention, torch.randn(batch, new, d_model, generator=g), past))
+    return cases(("attention", "x", "cache"), table)
 
 
 def _cached_attention(attention: nn.Module, x: torch.Tensor, cache: Any) -> tuple:
