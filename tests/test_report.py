@@ -443,7 +443,7 @@ def test_a_graded_class_reports_the_mistakes_and_the_hostile_hand_in_moves_no_co
         template = nbformat.v4.new_notebook(cells=cells)
         templates.mkdir(exist_ok=True)
         nbformat.write(template, templates / notebook)
-        for student in ("s2", "s4", "s6"):  # a smaller class: each hand-in is a kernel run
+        for student in ("s2", "s4", "s6", "s7"):  # a smaller class: a hand-in is a kernel run
             hand_in = nbformat.from_dict(json.loads(json.dumps(template)))
             for name in checks:
                 cell = next(c for c in hand_in.cells if c.source.startswith(f"def {name}("))
@@ -464,6 +464,18 @@ def test_a_graded_class_reports_the_mistakes_and_the_hostile_hand_in_moves_no_co
         ("98.1", "mistake", "divides by N-1"): 2,
         ("98.1", "unnamed", ""): 1,
     }
+    # s7's right scale left grad mode off: passed, seen and not graded, the only claim recorded.
+    recorded = json.loads((out / report.RECORDS).read_text(encoding="utf-8"))
+    noted = {
+        (e["student"], r["exercise"], r["status"])
+        for e in recorded["students"]
+        for r in e["results"]
+        if r["notes"]
+    }
+    assert noted == {("s7", "97.2", PASSED)}
+    seen = [r for r in _csv_rows(out) if r["kind"] == report.SEEN]
+    assert seen and {(r["exercise"], r["count"]) for r in seen} == {("97.2", "1")}
+    assert all("gradient tracking" in r["name"] for r in seen)
     assert output.verify(out) == []
 
 
