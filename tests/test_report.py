@@ -193,6 +193,8 @@ def test_claims_seen_and_not_graded_are_listed_per_exercise_with_who(tmp_path):
         GRAD_OFF: ("0.1", "2", "3"),
         "'=1+1 changed x in place": ("0.1", "1", "3"),  # a formula start neutralised
     }
+    raw = (out / report.CSV_NAME).read_text(encoding="utf-8")
+    assert {len(row) for row in csv.reader(io.StringIO(raw))} == {len(report.CSV_COLUMNS)}
     shown = report.labels(report.read_records(out), names=False)
     assert seen[GRAD_OFF]["students seen"] == "; ".join(sorted([shown["ann"], shown["bo"]]))
     assert seen["'=1+1 changed x in place"]["students seen"] == shown["bo"]

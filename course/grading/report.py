@@ -274,15 +274,15 @@ def report_csv(exercises: dict[str, Exercise], shown: dict[str, str]) -> str:
     for ex in exercises.values():
         states = [ex.states["passed"], ex.states["failed"], ex.states["not started"]]
         head = [_text_cell(ex.notebook), _text_cell(ex.id)]
-        writer.writerow([*head, "exercise", "", ex.students, ex.students, *states, ""])
+        writer.writerow([*head, "exercise", "", ex.students, ex.students, *states, "", ""])
         rows = [("mistake", name, said, n) for (name, said), n in ex.mistakes.most_common()]
         rows += [("property", name, "", n) for name, n in ex.props.most_common()]
         for kind, name, said, n in rows:
             writer.writerow(
-                [*head, kind, _text_cell(name), n, ex.students, *states, _text_cell(said)]
+                [*head, kind, _text_cell(name), n, ex.students, *states, _text_cell(said), ""]
             )
         if ex.unnamed:
-            writer.writerow([*head, "unnamed", "", ex.unnamed, ex.students, *states, ""])
+            writer.writerow([*head, "unnamed", "", ex.unnamed, ex.students, *states, "", ""])
         for note, students in _seen(ex, shown):
             who = "; ".join(students)
             cells = [_text_cell(note), len(students), ex.students, *states, "", _text_cell(who)]
@@ -443,9 +443,8 @@ def _seen_tables(exercises: dict[str, Exercise], shown: dict[str, str]) -> list[
         "<h2>Seen in students' processes, not graded</h2>",
         "<p class='muted'>What the replay saw reported by a student's own process while grading "
         "(grad mode left off, an input overwritten in place, a flag or an identity): the "
-        "notebook's check fails it, but that process could as well have hidden it, so it earns "
-        "or costs no point here. Review it, and dock by hand (<code>MANUAL=</code>) if you "
-        "wish.</p>",
+        "notebook's check fails it, but that process could as well have hidden it, so it costs "
+        "no point. Review it, and dock by hand (<code>MANUAL=</code>) if you wish.</p>",
     ]
     noted = [ex for ex in exercises.values() if ex.seen]
     if not noted:
