@@ -55,7 +55,7 @@ def _counts(out: Path) -> Counter:
         {
             (r["exercise"], r["kind"], r["name"]): int(r["count"])
             for r in _csv_rows(out)
-            if r["kind"] != "exercise"
+            if r["kind"] not in ("exercise", report.SEEN)
         }
     )
 
@@ -167,6 +167,61 @@ def test_a_folder_that_is_no_graded_class_gets_a_message_that_says_what_to_do(
     assert report.main([str(tmp_path)]) == 2
 
 
+def _noted(exercise: str, status: str, *notes: str) -> ExerciseResult:
+    row = _row(exercise, status)
+    row.notes = list(notes)
+    return row
+
+
+GRAD_OFF = "softmax: your code switched gradient tracking off and left it so."
+
+
+def test_claims_seen_and_not_graded_are_listed_per_exercise_with_who(tmp_path):
+    graded = {
+        "ann": [_noted("0.1", PASSED, GRAD_OFF), _row("0.2", PASSED)],
+        "bo": [_noted("0.1", FAILED, GRAD_OFF, "=1+1 changed x in place"), _row("0.2", FAILED)],
+        "cy": [_row("0.1", PASSED), _row("0.2", PASSED)],
+    }
+    out = _write_out(tmp_path / "out", graded)
+    recorded = json.loads((out / report.RECORDS).read_text(encoding="utf-8"))
+    assert [r["notes"] for e in recorded["students"] for r in e["results"]] == [
+        [GRAD_OFF], [], [GRAD_OFF, "=1+1 changed x in place"], [], [], []
+    ]  # fmt: skip
+    page = report.make_report(out)[0].read_text(encoding="utf-8")
+    seen = {r["name"]: r for r in _csv_rows(out) if r["kind"] == report.SEEN}
+    assert {n: (r["exercise"], r["count"], r["students"]) for n, r in seen.items()} == {
+        GRAD_OFF: ("0.1", "2", "3"),
+        "'=1+1 changed x in place": ("0.1", "1", "3"),  # a formula start neutralised
+    }
+    raw = (out / report.CSV_NAME).read_text(encoding="utf-8")
+    assert {len(row) for row in csv.reader(io.StringIO(raw))} == {len(report.CSV_COLUMNS)}
+    shown = report.labels(report.read_records(out), names=False)
+    assert seen[GRAD_OFF]["students seen"] == "; ".join(sorted([shown["ann"], shown["bo"]]))
+    assert seen["'=1+1 changed x in place"]["students seen"] == shown["bo"]
+    assert GRAD_OFF in page and "2 of 3 students" in page
+    assert ">ann" not in page and "bo<" not in page  # numbered unless names are asked
+    named = report.make_report(out, names=True)[0].read_text(encoding="utf-8")
+    assert "<td>ann, bo</td>" in named
+    assert {r["students seen"] for r in _csv_rows(out) if r["kind"] == report.SEEN} == {
+        "ann; bo",
+        "bo",
+    }
+
+
+def test_a_class_without_claims_seen_has_none_listed_and_old_records_read(tmp_path):
+    graded = {"ann": [_row("0.1", PASSED)], "bo": [_row("0.1", FAILED, "m", "p")]}
+    old = json.loads(report.records_json(graded.items()))
+    for entry in old["students"]:  # as written before notes were recorded
+        for row in entry["results"]:
+            del row["notes"]
+    out = tmp_path / "out"
+    output.write_tree(out, {report.RECORDS: json.dumps(old), "grades.csv": "student\n"})
+    page = report.make_report(out)[0].read_text(encoding="utf-8")
+    assert "Nothing was seen and left ungraded." in page
+    assert not [r for r in _csv_rows(out) if r["kind"] == report.SEEN]
+    assert _counts(out) == {("0.1", "mistake", "m"): 1}
+
+
 def test_the_page_is_self_contained(tmp_path):
     graded = {"ann": [_row("0.1", FAILED, "m", "p")], "bo": [_row("0.1", NOT_IMPLEMENTED)]}
     page = report.make_report(_write_out(tmp_path / "out", graded))[0].read_text(encoding="utf-8")
@@ -240,6 +295,7 @@ ANSWERS = {
         "added": "def scale(x, k):\n    return x + k",
         "stub": "def scale(x, k):\n    # TODO: multiply x by k\n    raise NotImplementedError",
         "hostile": "def scale(x, k):\n" + HOSTILE_PRINTS + "    return x * k",
+        "grad off": "def scale(x, k):\n    torch.set_grad_enabled(False)\n    return x * k",
     },
     "variance": {
         "right": "def variance(x):\n    return x.var(-1, correction=0)",
@@ -258,6 +314,7 @@ CLASS = {  # six students, named mistakes across two notebooks, one hostile hand
     "s4": {"centre": "added", "scale": "stub", "variance": "n-1"},
     "s5": {"centre": "raises", "scale": "added", "variance": "right"},
     "s6": {"centre": "hostile", "scale": "hostile", "variance": "hostile"},
+    "s7": {"centre": "right", "scale": "grad off", "variance": "right"},  # right, one claim
 }
 EXPECTED = {
     ("97.1", "mistake", "the global mean subtracted"): 2,
@@ -311,6 +368,7 @@ def _replayed(modules, tmp_path: Path) -> dict[str, list[ExerciseResult]]:
     from course.grading.instrument import record_path
     from course.grading.kernel import Run
     from course.grading.merging import CheckCall
+    from course.observe import REPORTED
 
     graded = {}
     for student, answers in CLASS.items():
@@ -324,7 +382,7 @@ def _replayed(modules, tmp_path: Path) -> dict[str, list[ExerciseResult]]:
                 check = getattr(module, name)
                 namespace: dict = {}
                 exec(ANSWERS[name][answers[name]], {"torch": __import__("torch")}, namespace)  # noqa: S102
-                record = probe(check, namespace[name], seed=0)[1]
+                record = probe(check, namespace[name], seed=0, effects=REPORTED)[1]
                 record_path(folder, name).write_bytes(record)
                 exercise = check.exercise.removeprefix("Exercise ")
                 calls.append(CheckCall(exercise, name, 0, 1, ()))
@@ -347,6 +405,18 @@ def test_the_report_counts_exactly_the_mistakes_the_replay_named(tmp_path, synth
     assert hostile["97.1"].status == FAILED
     assert (hostile["97.1"].mistake, hostile["97.1"].prop) == (None, None)
     assert "subtract each row's own mean" in hostile["97.1"].message  # its words, shown to it
+    # Grad mode left off: passed, the claim seen and not graded, for the student and the report.
+    scaled = next(r for r in graded["s7"] if r.exercise == "97.2")
+    assert scaled.status == PASSED and scaled.notes, scaled.notes
+    assert all("gradient tracking" in n and n in scaled.message for n in scaled.notes)
+    assert all(not r.notes for s, rows in graded.items() if s != "s7" for r in rows)
+    recorded = json.loads((out / report.RECORDS).read_text(encoding="utf-8"))
+    s7 = next(e for e in recorded["students"] if e["student"] == "s7")
+    assert [r["notes"] for r in s7["results"]] == [[], scaled.notes, []]
+    seen = [r for r in _csv_rows(out) if r["kind"] == report.SEEN]
+    assert [(r["name"], r["exercise"], r["count"]) for r in seen] == [
+        (note, "97.2", "1") for note in sorted(scaled.notes)
+    ]
 
 
 @pytest.mark.slow
@@ -375,7 +445,7 @@ def test_a_graded_class_reports_the_mistakes_and_the_hostile_hand_in_moves_no_co
         template = nbformat.v4.new_notebook(cells=cells)
         templates.mkdir(exist_ok=True)
         nbformat.write(template, templates / notebook)
-        for student in ("s2", "s4", "s6"):  # a smaller class: each hand-in is a kernel run
+        for student in ("s2", "s4", "s6", "s7"):  # a smaller class: a hand-in is a kernel run
             hand_in = nbformat.from_dict(json.loads(json.dumps(template)))
             for name in checks:
                 cell = next(c for c in hand_in.cells if c.source.startswith(f"def {name}("))
@@ -396,6 +466,18 @@ def test_a_graded_class_reports_the_mistakes_and_the_hostile_hand_in_moves_no_co
         ("98.1", "mistake", "divides by N-1"): 2,
         ("98.1", "unnamed", ""): 1,
     }
+    # s7's right scale left grad mode off: passed, seen and not graded, the only claim recorded.
+    recorded = json.loads((out / report.RECORDS).read_text(encoding="utf-8"))
+    noted = {
+        (e["student"], r["exercise"], r["status"])
+        for e in recorded["students"]
+        for r in e["results"]
+        if r["notes"]
+    }
+    assert noted == {("s7", "97.2", PASSED)}
+    seen = [r for r in _csv_rows(out) if r["kind"] == report.SEEN]
+    assert seen and {(r["exercise"], r["count"]) for r in seen} == {("97.2", "1")}
+    assert all("gradient tracking" in r["name"] for r in seen)
     assert output.verify(out) == []
 
 

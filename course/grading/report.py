@@ -8,10 +8,11 @@ again: the counts are those of the grades. It writes, beside them:
 * ``report.html``: one self-contained page (inline SVG figures, no script, no link out) that
   reads in light and dark colour schemes: a heat map of students by exercises, each exercise's
   pass rate, each exercise's named mistakes (with the sentence of the exercise text each breaks)
-  and the properties violated where no named mistake matched, and the exercises most left not
-  started;
-* ``report.csv``: one row per exercise and per mistake or property, with counts; every text cell
-  quoted and formula starts neutralised, safe under "," and ";".
+  and the properties violated where no named mistake matched, what was seen in students'
+  processes and not graded (:func:`course.observe.claim`'s notes, by exercise and student), and
+  the exercises most left not started;
+* ``report.csv``: one row per exercise and per mistake, property or note seen and not graded,
+  with counts; every text cell quoted and formula starts neutralised, safe under "," and ";".
 
 Students are "student 1..N" (a stable order that tells nothing of their names) unless
 ``--names``: instructors project this page in class.
@@ -76,6 +77,7 @@ class Row:
     status: str
     mistake: str | None = None  # the named mistake the trusted replay matched
     prop: str | None = None  # the property it found violated
+    notes: tuple[str, ...] = ()  # claims seen in the student's process and not graded
 
 
 @dataclass
@@ -128,6 +130,7 @@ def read_records(out: Path) -> Records:
                     str(r["status"]),
                     r.get("mistake") or None,
                     r.get("prop") or None,
+                    _notes(r.get("notes")),
                 )
                 for r in entry["results"]
             ]
@@ -136,6 +139,16 @@ def read_records(out: Path) -> Records:
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ReportError(f"{path} is not a grading record ({error}); grade again") from None
     return Records(students)
+
+
+def _notes(value: object) -> tuple[str, ...]:
+    """A row's notes as recorded: a list of texts; none where the field is missing (a class
+    graded before notes were recorded)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(note, str) for note in value):
+        raise TypeError(f"notes {value!r:.60}, expected a list of texts")
+    return tuple(value)
 
 
 def records_json(graded: Iterable[tuple[str, Iterable]]) -> str:
@@ -151,6 +164,7 @@ def records_json(graded: Iterable[tuple[str, Iterable]]) -> str:
                     "status": r.status,
                     "mistake": r.mistake if r.status == FAILED else None,
                     "prop": r.prop if r.status == FAILED else None,
+                    "notes": list(r.notes),
                 }
                 for r in results
             ],
@@ -173,6 +187,7 @@ class Exercise:
     mistakes: Counter = field(default_factory=Counter)  # (named mistake, what it breaks) -> n
     props: Counter = field(default_factory=Counter)  # property violated, no mistake named
     unnamed: int = 0  # failed with neither (an error, a timeout, a message alone)
+    seen: dict[str, list[str]] = field(default_factory=dict)  # note -> students, not graded
 
     @property
     def students(self) -> int:
@@ -191,11 +206,13 @@ def count(records: Records) -> dict[str, Exercise]:
     """Per exercise (in course order): its states, named mistakes and properties, each failed
     answer counted once, under its mistake if one was named, else its property."""
     exercises: dict[str, Exercise] = {}
-    for rows in records.students.values():
+    for student, rows in records.students.items():
         for row in rows:
             ex = exercises.setdefault(row.exercise, Exercise(row.notebook, row.exercise))
             state = STATES.get(row.status, "failed")
             ex.states[state] += 1
+            for note in dict.fromkeys(row.notes):  # whatever the status: it decided nothing
+                ex.seen.setdefault(note, []).append(student)
             if state != "failed":
                 continue
             if row.mistake:  # its property is the sentence of the text the mistake breaks
@@ -226,8 +243,9 @@ def labels(records: Records, names: bool) -> dict[str, str]:
 
 CSV_COLUMNS = (
     "notebook", "exercise", "kind", "name", "count", "students", "passed", "failed",
-    "not started", "sentence of the text",
+    "not started", "sentence of the text", "students seen",
 )  # fmt: skip
+SEEN = "seen not graded"  # report.csv's kind of a note seen in students' processes
 
 
 # A separator inside a cell followed by a formula start: where a spreadsheet splits a comma-
@@ -244,26 +262,44 @@ def _text_cell(value: str) -> str:
     return _CUT_BEFORE_FORMULA.sub(r"\1'", csv_cell(value))
 
 
-def report_csv(exercises: dict[str, Exercise]) -> str:
+def report_csv(exercises: dict[str, Exercise], shown: dict[str, str]) -> str:
     """One row per exercise (kind ``exercise``: its counts), then one per named mistake
-    (``mistake``), property violated with no mistake named (``property``) and failed answers
-    with neither (``unnamed``). Text cells are quoted and neutralised, numbers are not."""
+    (``mistake``), property violated with no mistake named (``property``), failed answers
+    with neither (``unnamed``) and note seen in students' processes and not graded
+    (:data:`SEEN`: the note, how many students, and which as ``shown`` labels them). Text cells
+    are quoted and neutralised, numbers are not."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     for ex in exercises.values():
         states = [ex.states["passed"], ex.states["failed"], ex.states["not started"]]
         head = [_text_cell(ex.notebook), _text_cell(ex.id)]
-        writer.writerow([*head, "exercise", "", ex.students, ex.students, *states, ""])
+        writer.writerow([*head, "exercise", "", ex.students, ex.students, *states, "", ""])
         rows = [("mistake", name, said, n) for (name, said), n in ex.mistakes.most_common()]
         rows += [("property", name, "", n) for name, n in ex.props.most_common()]
         for kind, name, said, n in rows:
             writer.writerow(
-                [*head, kind, _text_cell(name), n, ex.students, *states, _text_cell(said)]
+                [*head, kind, _text_cell(name), n, ex.students, *states, _text_cell(said), ""]
             )
         if ex.unnamed:
-            writer.writerow([*head, "unnamed", "", ex.unnamed, ex.students, *states, ""])
+            writer.writerow([*head, "unnamed", "", ex.unnamed, ex.students, *states, "", ""])
+        for note, students in _seen(ex, shown):
+            who = "; ".join(students)
+            cells = [_text_cell(note), len(students), ex.students, *states, "", _text_cell(who)]
+            writer.writerow([*head, SEEN, *cells])
     return buffer.getvalue()
+
+
+def _seen(ex: Exercise, shown: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """``(note, the students' labels)`` of ``ex``, the most seen first; a note as
+    :func:`course.grading.names.shown` shows text (one line, no control character)."""
+    from course.grading.names import shown as one_line
+
+    ranked = sorted(ex.seen.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [
+        (one_line(note), sorted((shown[s] for s in students), key=_label_key))
+        for note, students in ranked
+    ]
 
 
 # --- report.html -------------------------------------------------------------------------------
@@ -402,6 +438,33 @@ def _mistake_tables(exercises: dict[str, Exercise]) -> list[str]:
     return parts
 
 
+def _seen_tables(exercises: dict[str, Exercise], shown: dict[str, str]) -> list[str]:
+    parts = [
+        "<h2>Seen in students' processes, not graded</h2>",
+        "<p class='muted'>What the replay saw reported by a student's own process while grading "
+        "(grad mode left off, an input overwritten in place, a flag or an identity): the "
+        "notebook's check fails it, but that process could as well have hidden it, so it costs "
+        "no point. Review it, and dock by hand (<code>MANUAL=</code>) if you wish.</p>",
+    ]
+    noted = [ex for ex in exercises.values() if ex.seen]
+    if not noted:
+        return [*parts, "<p class='muted'>Nothing was seen and left ungraded.</p>"]
+    for ex in noted:
+        students = len({s for who in ex.seen.values() for s in who})
+        parts.append(
+            f"<h3>Exercise {_e(ex.id)} <span class='muted'>({_e(ex.notebook)})</span></h3>"
+            f"<p>{students} of {ex.students} students.</p>"
+            "<table><tr><th>seen, not graded</th><th>students</th><th>who</th></tr>"
+        )
+        for note, who in _seen(ex, shown):
+            parts.append(
+                f"<tr><td>{_e(note)}</td><td class='n'>{len(who)}</td>"
+                f"<td>{_e(', '.join(who))}</td></tr>"
+            )
+        parts.append("</table>")
+    return parts
+
+
 def report_html(
     records: Records,
     exercises: dict[str, Exercise],
@@ -450,6 +513,7 @@ def report_html(
         "<p class='muted'>Each failed answer counts once: under the named mistake it matched, "
         "else under the property it violated.</p>",
         *_mistake_tables(exercises),
+        *_seen_tables(exercises, shown),
         "<h2>Exercises most left not started</h2>",
         f"<figure>{bars(idle_rows, 'exercises left not started', 'idle')}</figure>"
         if idle_rows
@@ -474,7 +538,7 @@ def make_report(out: Path, names: bool = False) -> tuple[Path, Path, list[str]]:
     exercises = count(records)
     files = {
         HTML_NAME: report_html(records, exercises, names).encode("utf-8"),
-        CSV_NAME: report_csv(exercises).encode("utf-8"),
+        CSV_NAME: report_csv(exercises, labels(records, names)).encode("utf-8"),
     }
     others = [line for line in output.verify(out) if line.split(":")[0] not in files]
     for name, data in files.items():

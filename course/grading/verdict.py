@@ -56,6 +56,10 @@ class ExerciseResult:
     # the known mistake the answer matched, by its spec's name, and the property violated.
     mistake: str | None = None
     prop: str | None = None
+    # Claims the student's process reported that the replay saw and did not grade (side effects,
+    # flags, identities: course.observe.claim), each in the check's words: in the message for
+    # the student, and as data here for the instructor's report, who may dock them by hand.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -353,6 +357,7 @@ def verdicts(
                 flags=[*verdict.flags],
                 mistake=verdict.mistake if status == FAILED else None,
                 prop=verdict.prop if status == FAILED else None,
+                notes=[*verdict.notes],
             )
         )
     return results
