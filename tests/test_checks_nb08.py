@@ -38,7 +38,9 @@ def pool(hidden, token_mask):
 
 
 def pool_sentence_transformers(token_embeddings, attention_mask):
-    """sentence-transformers' README `mean_pooling`, glued at the interface (mask -> float)."""
+    """sentence-transformers' README `mean_pooling`, glued at the interface (mask -> float).
+    Right in float32 and float64; a bfloat16 batch comes back in float32, which the text's
+    "keep the input's dtype" rules out (POOL_PROPERTIES)."""
     input_mask_expanded = attention_mask.unsqueeze(-1).expand(token_embeddings.size()).float()
     return torch.sum(token_embeddings * input_mask_expanded, 1) / torch.clamp(
         input_mask_expanded.sum(1), min=1e-9
@@ -75,7 +77,6 @@ def pool_masked_fill(hidden, token_mask):
 
 POOL_RIGHT = [
     pool,
-    pool_sentence_transformers,
     pool_einsum,
     pool_loop,
     pool_float64_inside,
@@ -112,6 +113,7 @@ POOL_PROPERTIES = [
     (pool_ones_on_the_cpu, "the inputs' device"),
     (pool_detached, "differentiable"),
     (pool_switches_grad_off, "global state"),
+    (pool_sentence_transformers, "the stated dtype"),  # only on the bfloat16 batch
 ]
 
 POOL_WRONG = [

@@ -55,6 +55,10 @@ def _pool_cases() -> list[Case]:
          "only the number you divide by needs care."),
         ("one-token sentences (3, 1, 2)", torch.randn(3, 1, 2, generator=g),
          torch.tensor([[True], [False], [True]]), None),
+        ("a bfloat16 batch (2, 5, 4), as under autocast", torch.randn(2, 5, 4, generator=g).bfloat16(),
+         torch.tensor([[True, True, True, False, False], [True, True, True, True, True]]),
+         "Keep the input's dtype: a float32 mask multiplied in or divided by turns a bfloat16 "
+         "batch into float32; convert the mask to hidden's dtype."),
     ]  # fmt: skip
     return cases(("hidden", "token_mask"), rows, first_grad=True)
 
