@@ -49,7 +49,7 @@ lab: setup ## Open JupyterLab on notebooks/ (DIR=solutions: another folder; LAB_
 check: check-static test check-notebooks ## Run every test: generated files, lint, the fast tests (make test), all solution notebooks (nbval)
 
 check-static: setup lint ## Generated files up to date, then lint (the first part of make check)
-	$(BIN)/python -m course.nbtools check
+	$(BIN)/python -m course.tooling.nbtools check
 
 check-notebooks: setup ## Every solution notebook top to bottom under nbval (the last part of make check)
 	$(BIN)/python -m pytest solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
@@ -71,24 +71,24 @@ lint: setup ## Lint the package, the tests and the notebooks with ruff
 
 bench: setup ## Time the course's code against what you'd pick instead: its loop vs Trainer, its layers vs nn.Transformer
 	@$(call typed_here,JSON)
-	$(BIN)/python -m course.bench $(if $(JSON),--json "$$JSON",)
+	$(BIN)/python -m course.tooling.bench $(if $(JSON),--json "$$JSON",)
 
 solutions: setup ## Execute solutions/ and save them as readers see them (figures, final bars); NB="05 07" for some
-	$(BIN)/python -m course.refresh $(NB)
+	$(BIN)/python -m course.tooling.refresh $(NB)
 
 diagrams: setup ## Render docs/diagrams/*.py and embed them in the solutions (then make exercises)
 	$(BIN)/python docs/diagrams/render.py
-	$(BIN)/python -m course.nbtools generate
+	$(BIN)/python -m course.tooling.nbtools generate
 
 exercises: setup ## Regenerate notebooks/ and course/nn.py from solutions/
-	$(BIN)/python -m course.nbtools generate
+	$(BIN)/python -m course.tooling.nbtools generate
 
 data: setup ## Download (or copy from $$COURSE_DATA_MIRROR) and prepare every dataset
 	$(BIN)/python -m course.data prepare
 
 badges: setup ## Point the Colab badges at another repository: make badges REPO=owner/name
 	@test -n "$(REPO)" || { echo "usage: make badges REPO=owner/name"; exit 1; }
-	$(BIN)/python -m course.nbtools badges --repo $(REPO)
+	$(BIN)/python -m course.tooling.nbtools badges --repo $(REPO)
 
 progress: setup ## Your progress, graded as make grade would (DIR=notebooks, JOBS=2 by default)
 	@$(call typed_here,DIR)
@@ -112,7 +112,7 @@ sandbox: setup ## How student code is fenced in on this machine (needs bubblewra
 release: setup ## A student copy: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1 [HUB=url]]
 	@test -n "$$DIR" -a -n "$(UPTO)" || { echo "usage: make release DIR=path UPTO=NN [REPO=owner/name] [SITE=1: with its website] [HUB=url]"; exit 1; }
 	@$(call typed_here,DIR)
-	$(BIN)/python -m course.release "$$DIR" $(UPTO) $(if $(REPO),--repo $(REPO),) $(if $(filter 1,$(SITE)),--site $(if $(HUB),--hub $(HUB),),)
+	$(BIN)/python -m course.tooling.release "$$DIR" $(UPTO) $(if $(REPO),--repo $(REPO),) $(if $(filter 1,$(SITE)),--site $(if $(HUB),--hub $(HUB),),)
 
 gradescope: setup ## Write dist/autograder.zip for Gradescope [ONLY=03,04] [POINTS=points.json] [TIMEOUT=s]
 	@$(call typed_here,POINTS)

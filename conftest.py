@@ -1,7 +1,7 @@
 """Root pytest configuration: a per-notebook timing table at the end of every run.
 
 nbval reports one test per cell; instructors care about whole notebooks and their budgets
-(course/budgets.py, explained in docs/DESIGN.md), so we add the cell times up per notebook
+(course/tooling/budgets.py, explained in docs/DESIGN.md), so we add the cell times up per notebook
 and print them.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-# nbval budget per notebook on a 2-core CPU, in seconds: written down once, in course/budgets.py.
-from course.budgets import NOTEBOOK_BUDGET_S
+# nbval budget per notebook on a 2-core CPU, in seconds: written down once, in course/tooling/budgets.py.
+from course.tooling.budgets import NOTEBOOK_BUDGET_S
 
 # OpenMP passive waiting (OMP_WAIT_POLICY=PASSIVE) was tried against spinning kernels and
 # dropped: on an idle 2-core machine it made a training workload 7% slower (and 06's
@@ -83,9 +83,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
         write(f"{path:<45} {seconds:7.1f} s  {status:<6} {verdict}")
     write(f"{'all notebooks':<45} {total:7.1f} s")
     if len(_seconds) > 1 and not _failed and not _on_samples:
-        # Ready to paste after an idle run: RUN_TIMES in course/budgets.py, then `make exercises`.
+        # Ready to paste after an idle run: RUN_TIMES in course/tooling/budgets.py, then `make exercises`.
         measured = {Path(path).name[:2]: round(s, 1) for path, s in sorted(_seconds.items())}
-        write(f'course/budgets.py RUN_TIMES["seconds"] of this run: {measured}')
+        write(f'course/tooling/budgets.py RUN_TIMES["seconds"] of this run: {measured}')
     if _on_samples:
         write(
             "ran on the bundled samples (data-dependent outputs not compared): "

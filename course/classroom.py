@@ -18,7 +18,7 @@ Commands (``python -m course.classroom <command>``; the Makefile wraps them):
 ``progress`` and ``grade`` are one code path: both read a hand-in with :mod:`course.handins`
 (which file is which notebook) and grade it with :func:`grade_handin` against the same
 templates (the pristine exercise notebooks), so they give the same verdicts on the same folder.
-The engine is :mod:`course.grading`; the statuses are in :mod:`course.contract`.
+The engine is :mod:`course.grading`; the statuses are in :mod:`course.framework.contract`.
 
 ``progress`` and ``grade`` run again in a child interpreter that imports a read-only copy of the
 course made when the command starts (:mod:`course.grading.pinned`): editing ``course/`` while a
@@ -49,7 +49,7 @@ from pathlib import Path
 import nbformat
 
 from course import grading, handins
-from course.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
+from course.framework.contract import ANSWER_PLACEHOLDER, ERROR, MISSING, NOT_IMPLEMENTED, PASSED
 from course.grading import ExerciseResult, names, output, pinned, setup
 from course.grading.points import Line, decide, flags_text, total
 

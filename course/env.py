@@ -61,7 +61,7 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
 # Whether a CPU with native bf16 trains in bf16 autocast unless COURSE_BF16 says otherwise. The
 # default must never be more than 1.2x slower than the other precision, idle or beside busy
-# processes: measured (course/budgets.py, PRECISION_RUNS), bf16 was faster only on an idle machine
+# processes: measured (course/tooling/budgets.py, PRECISION_RUNS), bf16 was faster only on an idle machine
 # (float32 1.16x slower there); under load it was slower, 1.03x in our course-loop run on a shared
 # machine and 3.6x in the Run All of notebook 06 under load (PRECISION_RUNS), so float32 is the
 # default and bf16 is opt-in (COURSE_BF16=1).

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from course.contract import STUB
+from course.framework.contract import STUB
 from course.grading.limits import MAX_FILE_BYTES, NotebookRefused, normalise, source_text
 from course.grading.names import alike, shown, told_apart
 

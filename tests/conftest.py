@@ -11,7 +11,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 # Every check a test calls is probed and then replayed on the trusted side, which must agree
-# (course.check.REPLAY_EVERYWHERE): a check that touches a student object outside observe(),
+# (course.framework.check.REPLAY_EVERYWHERE): a check that touches a student object outside observe(),
 # or draws inputs the replay cannot redraw, fails every test that calls it.
 os.environ["COURSE_CHECK_REPLAY_EVERYWHERE"] = "1"
 

@@ -1,5 +1,5 @@
 """Every named mistake of every spec, as a student's answer: the wrong variants the check tests
-run come from the specs' own tables (``course.spec.Mistake``), so a mistake lives in one place.
+run come from the specs' own tables (``course.framework.spec.Mistake``), so a mistake lives in one place.
 
 ``every_mistake()`` yields ``(check, spec, mistake)``; ``answers(check, spec, mistake)`` gives
 the check's arguments: the mistake as the student's code in the slot of its spec, the spec's
@@ -19,7 +19,7 @@ from torch import nn
 
 import course.checks
 import course.nn
-from course.spec import Build, Mistake, ModuleSpec, Spec
+from course.framework.spec import Build, Mistake, ModuleSpec, Spec
 
 
 def specs_of(check: Any) -> tuple[Spec | ModuleSpec, ...]:

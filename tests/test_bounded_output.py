@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from course.failure import clipped, exception_text, summarise_exception
+from course.framework.failure import clipped, exception_text, summarise_exception
 from course.grading.kernel import STUDENT
 from course.grading.streams import BoundedStream
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course import observe as obs
-from course.check import (
+from course.framework import observe as obs
+from course.framework.check import (
     ERROR,
     FAILED,
     NOT_IMPLEMENTED,
@@ -17,7 +17,7 @@ from course.check import (
     probe,
     replay,
 )
-from course.properties import call, expect_result
+from course.framework.properties import call, expect_result
 
 
 @exercise_check("Exercise 9.1", "identity", hint="Return the input unchanged.")
@@ -194,7 +194,7 @@ def test_touching_a_student_object_outside_observe_is_a_check_error():
 def test_a_failure_given_its_property_names_it_in_words_once():
     """A check says what happened and passes the property as data; the words "(the property
     violated: ...)" are composed in one place, and never twice."""
-    from course.check import CheckFailure, expect
+    from course.framework.check import CheckFailure, expect
 
     with pytest.raises(CheckFailure) as raised:
         expect(False, "row 2 is not zero.", "a hint", "the padding row is zero")

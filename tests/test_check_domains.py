@@ -1,6 +1,6 @@
 """Inputs drawn from each argument's declared domain (its ends, its
 default in the defaults form, other layouts, magnitudes beyond 1e4, accents precomposed and
-decomposed: course/domains.py). Each wrong answer below breaks a sentence of its exercise's text
+decomposed: course/framework/domains.py). Each wrong answer below breaks a sentence of its exercise's text
 only on a drawn input (the hand-written tables let them through before the domains existed);
 each right one is another legitimate style."""
 
@@ -155,7 +155,7 @@ def test_a_default_changed_in_a_constructor_is_met_by_the_defaults_form():
     assert "TokenEmbedding(17, 9): `padding_idx` is 16, expected None" in result.message
 
 
-# --- what the text allows: 2.4 takes the mask kinds 2.1 takes (course.domains.Masks) ----------
+# --- what the text allows: 2.4 takes the mask kinds 2.1 takes (course.framework.domains.Masks) ----------
 
 
 class _Projections(torch.nn.Module):
@@ -673,7 +673,7 @@ def test_stable_answers_pass_at_every_size(name):
     assert _run(*MAGNITUDES_RIGHT[name]).passed
 
 
-# --- what the text allows: accents, precomposed and decomposed (course.domains.Texts) ---------
+# --- what the text allows: accents, precomposed and decomposed (course.framework.domains.Texts) ---------
 
 
 def _spelled(word, merges):
@@ -726,7 +726,7 @@ def test_a_decomposed_accent_is_drawn():
     ids=["2.4", "3.2"],
 )
 def test_the_solution_passes_at_every_grading_seed(check_, answer):
-    from course.check import probe, replay
+    from course.framework.check import probe, replay
 
     failed = {}
     for seed in range(16):

@@ -1,13 +1,13 @@
 """A built-in the exercise text forbids is named, in the notebook and on the trusted side alike,
-from the answer's syntax tree (course/forbidden.py); where a text forbids a function, any dynamic
+from the answer's syntax tree (course/framework/forbidden.py); where a text forbids a function, any dynamic
 reach in the answer sends the exercise to the instructor with no automatic point."""
 
 from __future__ import annotations
 
 import pytest
 
-from course import forbidden
 from course.checks import nb00
+from course.framework import forbidden
 from course.grading.verdict import ExerciseResult
 
 RIGHT = """

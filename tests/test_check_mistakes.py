@@ -1,4 +1,4 @@
-"""Every named mistake of every spec (``course.spec.Mistake``), run as a student's answer, is
+"""Every named mistake of every spec (``course.framework.spec.Mistake``), run as a student's answer, is
 rejected by its check and reported by its own name, as data (``result.mistake``) and in words."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course.check import FAILED
+from course.framework.check import FAILED
 from tests.mistakes import answers, every_mistake, mistake_id
 
 MISTAKES = list(every_mistake())

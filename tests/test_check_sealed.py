@@ -1,4 +1,4 @@
-"""Records the student's objects cannot bend (course/sealed.py).
+"""Records the student's objects cannot bend (course/framework/sealed.py).
 
 Each hostile answer below is checked as the notebook checks it, and probed and replayed with
 side effects judged (the tests' replay); none passes, and each message names what it did. While
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course import check as framework
-from course import sealed
 from course.checks import nb00
+from course.framework import check as framework
+from course.framework import sealed
 
 
 def right(x, dim=-1):
@@ -130,7 +130,7 @@ def test_tampering_is_flagged_for_the_instructor():
 
 
 def test_a_record_without_the_fingerprint_is_tampering():
-    from course import observe
+    from course.framework import observe
 
     _, record = framework.probe(nb00.softmax, right)
     rows = observe.decode(record)
@@ -158,7 +158,7 @@ def test_a_subclass_is_read_without_running_its_code():
             calls.append(func)
             return super().__torch_function__(func, types, args, kwargs or {})
 
-    from course.observe import Foreign, to_plain
+    from course.framework.observe import Foreign, to_plain
 
     value = torch.arange(3.0).as_subclass(Spy)
     calls.clear()

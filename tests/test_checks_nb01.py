@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb01 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED, PASSED
 
 END = "</w>"
 
@@ -127,8 +127,8 @@ def test_probe_computes_no_reference(name):
     """In the student's process (probe) no expected value is computed: a spy sees none."""
     import dataclasses
 
-    from course.check import probe
-    from course.spec import check as spec_check
+    from course.framework.check import probe
+    from course.framework.spec import check as spec_check
 
     def spy(*args, **kwargs):
         raise AssertionError("a reference was computed in the student's process")

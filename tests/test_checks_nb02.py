@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb02 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED, PASSED
 
 # --- scaled dot-product attention: a reference and its typical mistakes ------------------
 
@@ -691,11 +691,11 @@ def test_hints_hold_no_answer(name, wrong):
     )
 
 
-# --- the property helper these checks added to course.properties -------------------------------
+# --- the property helper these checks added to course.framework.properties -------------------------------
 
 
 def test_observe_gradients_of_a_detached_output_are_none():
-    from course.properties import observe_gradients
+    from course.framework.properties import observe_gradients
 
     got = observe_gradients("f(x)", lambda x: (x * 2).detach(), [torch.ones(3)])
     assert got["inputs"] == [None]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb03 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED, PASSED
 
 # --- 3.1 split / merge -----------------------------------------------------------------------
 

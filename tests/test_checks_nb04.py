@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb04 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED, PASSED
 
 
 def _rejected(check_function, wrong, phrase):

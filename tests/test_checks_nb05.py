@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb05 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED, PASSED
 
 # --- the correct implementations: the solution notebook's exports ---------------------------
 # The checks compare with PyTorch's own layers, never with course.nn; the tests take course.nn

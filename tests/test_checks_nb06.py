@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from course.check import FAILED, NOT_IMPLEMENTED, PASSED
 from course.checks import nb06 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED, PASSED
 
 # ---------------------------------------------------------------------------------------
 # Exercise 6.1: MLM masking

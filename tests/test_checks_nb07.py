@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.check import FAILED, NOT_IMPLEMENTED
 from course.checks import nb07 as check
+from course.framework.check import FAILED, NOT_IMPLEMENTED
 
 IGNORE = -100
 
@@ -499,7 +499,7 @@ def _solution_functions() -> dict:
     """align_labels and word_predictions as written in the solution notebook."""
     import nbformat
 
-    from course.nbtools import SOLUTIONS, strip_markers
+    from course.tooling.nbtools import SOLUTIONS, strip_markers
 
     notebook = nbformat.read(SOLUTIONS / "07_pos_tagging.ipynb", as_version=4)
     namespace = {"torch": torch, "IGNORE_INDEX": IGNORE}

@@ -24,9 +24,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import classroom, grading, nbtools, release
-from course.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
+from course import classroom, grading
+from course.framework.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
 from course.grading import ExerciseResult
+from course.tooling import nbtools, release
 
 ROOT = Path(__file__).resolve().parents[1]
 WELCOME, TOKENS, ATTENTION = "00_welcome.ipynb", "01_tokens.ipynb", "02_attention.ipynb"
@@ -373,7 +374,7 @@ def test_gradescope_archive_layout(tmp_path):
         modes = {i.filename: i.external_attr >> 16 for i in zipped.infolist()}
         config = json.loads(zipped.read("autograder.json"))
     assert {"setup.sh", "run_autograder", "requirements.txt", "course/grading/engine.py"} <= names
-    assert {"course/handins.py", "course/classroom.py", "course/contract.py"} <= names
+    assert {"course/handins.py", "course/classroom.py", "course/framework/contract.py"} <= names
     assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
     assert config["notebooks"] == ["00_welcome.ipynb", "03_multi_head_attention.ipynb"]
     assert not any(n.startswith(("solutions/", "tests/")) for n in names)

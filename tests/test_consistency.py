@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.nbtools import BEGIN_SOLUTION, solution_paths
+from course.tooling.nbtools import BEGIN_SOLUTION, solution_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = solution_paths()
@@ -116,7 +116,7 @@ def _check_samples_list() -> set[str]:
 def _missing_from(path: Path) -> list[str]:
     """The files of CONTRIBUTING's checklist "Every place a new notebook touches" that lack
     solution ``path``'s notebook."""
-    from course import budgets
+    from course.tooling import budgets
 
     nn, missing = path.name[:2], []
     for needed in (f"course/checks/nb{nn}.py", f"tests/test_checks_nb{nn}.py"):
@@ -130,7 +130,7 @@ def _missing_from(path: Path) -> list[str]:
         'GRADING_COSTS["peak_mib"]': budgets.GRADING_COSTS["peak_mib"],
         'GRADING_COSTS["limited"]["runs"]': budgets.GRADING_COSTS["limited"]["runs"],
     }
-    missing += [f"course/budgets.py {name}" for name, table in tables.items() if nn not in table]
+    missing += [f"course/tooling/budgets.py {name}" for name, table in tables.items() if nn not in table]
     if f"](notebooks/{path.name})" not in (ROOT / "README.md").read_text():
         missing.append("README.md (a row of the notebook table)")
     if not re.search(rf"^\| {nn} \|", (ROOT / "docs" / "DESIGN.md").read_text(), re.MULTILINE):
@@ -164,7 +164,7 @@ def test_every_notebook_is_in_every_file_a_notebook_needs(path):
 
 
 def test_a_notebook_left_out_of_a_file_is_named(monkeypatch):
-    from course import budgets
+    from course.tooling import budgets
 
     path = SOLUTIONS[-1]
     shorter = {nn: m for nn, m in budgets.STUDENT_MINUTES.items() if nn != path.name[:2]}
@@ -173,7 +173,7 @@ def test_a_notebook_left_out_of_a_file_is_named(monkeypatch):
         "importlib.metadata.packages_distributions", lambda: {"torch": ["not-pinned-anywhere"]}
     )
     missing = _missing_from(path)
-    assert "course/budgets.py STUDENT_MINUTES" in missing
+    assert "course/tooling/budgets.py STUDENT_MINUTES" in missing
     assert "requirements.txt (a pin of not-pinned-anywhere)" in missing
 
 

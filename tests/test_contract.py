@@ -1,7 +1,7 @@
-"""The statuses, the answer placeholder and the stub pattern are defined once, in course.contract.
+"""The statuses, the answer placeholder and the stub pattern are defined once, in course.framework.contract.
 
-Every user imports them from there: the checks (course.check), the notebook generator
-(course.nbtools) and the grader (course.grading). No other module of the package spells them.
+Every user imports them from there: the checks (course.framework.check), the notebook generator
+(course.tooling.nbtools) and the grader (course.grading). No other module of the package spells them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from pathlib import Path
 
 import nbformat
 
-from course import check, contract, grading, nbtools
+from course import grading
+from course.framework import check, contract
+from course.tooling import nbtools
 
 COURSE = Path(contract.__file__).resolve().parent
 
@@ -71,11 +73,11 @@ def test_the_grading_machinery_is_no_answer_s_import_and_the_course_s_helpers_ar
     from course.grading.verdict import forbidden
 
     for line in (
-        "import course.sealed as s",
-        "from course import sealed",
-        "from course.spec import judging",
+        "import course.framework.sealed as s",
+        "from course.framework import sealed",
+        "from course.framework.spec import judging",
         "import course.grading.instrument",
-        "__import__('course.observe')",
+        "__import__('course.framework.observe')",
     ):
         assert forbidden(line), line
     for line in (  # what the solutions import in their answers

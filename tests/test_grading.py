@@ -25,9 +25,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import grading, nbtools
+from course import grading
 from course.grading import kernel, merging, sandbox, selection, verdict
 from course.grading.kernel import Run
+from course.tooling import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -307,9 +308,9 @@ def test_check_calls_become_probes_after_a_prelude():
             "imports from course.checks",
         ),
         ("from course.checks import nb00", "imports from course.checks"),
-        ("import course.check", "imports course.check"),
-        ("from course import properties as p", "imports course.properties"),
-        ("from course import observe", "imports course.observe"),
+        ("import course.framework.check", "imports course.framework.check"),
+        ("from course.framework import properties as p", "imports from course.framework"),
+        ("from course import framework", "imports course.framework"),
         ("import importlib\nm = importlib.import_module('course.checks.nb00')", "dynamically"),
         ("m = __import__('course')", "dynamically"),
         ("def f(x):\n    return check.softmax", "`check` module"),
@@ -342,8 +343,8 @@ def _run(tmp_path: Path, rows: list[dict], end: str = "complete") -> Run:
 
 
 def _softmax_record(function) -> bytes:
-    from course.check import probe
     from course.checks import nb00
+    from course.framework.check import probe
 
     return probe(nb00.softmax, function)[1]
 

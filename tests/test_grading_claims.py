@@ -52,8 +52,8 @@ def test_the_stated_notebook_bound_is_the_engines_and_fits_gradescope():
     cheapest to the dearest notebook; with the setup check's own bound before it, every
     notebook graded alone (``ONLY=NN``) leaves results.json written within Gradescope's
     default 10 minutes."""
-    from course.budgets import GRADESCOPE_DEFAULTS, GRADING_COSTS
     from course.grading import engine
+    from course.tooling.budgets import GRADESCOPE_DEFAULTS, GRADING_COSTS
 
     bounds = {int(nn): engine.deadline_s(int(nn)) for nn in GRADING_COSTS["cpu_s"]}
     low, high = min(bounds, key=bounds.get), max(bounds, key=bounds.get)

@@ -1,8 +1,8 @@
-"""What grading costs (course/budgets.py's GRADING_COSTS): measured, fitting Gradescope, quoted.
+"""What grading costs (course/tooling/budgets.py's GRADING_COSTS): measured, fitting Gradescope, quoted.
 
 The figures are measurements (``python -m course.grading.cost``); these tests check that they
 cover every notebook, that each notebook fits Gradescope's defaults (half a vCPU, 768 MB, 10
-minutes), that docs/instructors.md quotes them as ``course.budgets.grading_table`` writes them,
+minutes), that docs/instructors.md quotes them as ``course.tooling.budgets.grading_table`` writes them,
 and that the measuring tool counts the CPU of a whole process tree.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from course import budgets
-from course.budgets import GRADESCOPE_DEFAULTS, GRADING_COSTS
 from course.grading import cost
+from course.tooling import budgets
+from course.tooling.budgets import GRADESCOPE_DEFAULTS, GRADING_COSTS
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBERS = sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))

@@ -171,8 +171,8 @@ def test_a_disk_rewriting_submission_cannot_pass_the_next_one(tmp_path):
 # torch.softmax), each with the overflowing formula as its fallback: a pass would prove it
 # found the answer or bent the record. The check modules of the student's process hold no
 # reference (course.grading.stripped); besides, an import of the grading machinery scores 0 on
-# any exercise (course.contract), and dynamic reach sends 0.1 to the instructor
-# (course.forbidden).
+# any exercise (course.framework.contract), and dynamic reach sends 0.1 to the instructor
+# (course.framework.forbidden).
 WRONG = (
     "def softmax(x, dim=-1):\n"
     "    e = x.exp()\n"
@@ -195,14 +195,14 @@ def softmax(x, dim=-1):
     e = x.exp()
     return e / e.sum(dim=dim, keepdim=True)
 ''',
-    "sealed_global_state": "import course.sealed as sealed\n"
+    "sealed_global_state": "import course.framework.sealed as sealed\n"
     "sealed.global_state = lambda: {'grad mode': True}\n" + WRONG,
-    "sealed_same_rng": "from course import sealed\nsealed.same_rng = lambda a, b: True\n" + WRONG,
-    "sealed_plain_tensor": "import course.sealed\ncourse.sealed.plain_tensor = lambda v: v\n"
+    "sealed_same_rng": "from course.framework import sealed\nsealed.same_rng = lambda a, b: True\n" + WRONG,
+    "sealed_plain_tensor": "import course.framework.sealed\ncourse.framework.sealed.plain_tensor = lambda v: v\n"
     + WRONG,
-    "sealed_fingerprint": "import course.sealed as s\ns.BOUND['is_grad_enabled'] = lambda: True\n"
+    "sealed_fingerprint": "import course.framework.sealed as s\ns.BOUND['is_grad_enabled'] = lambda: True\n"
     "s.fingerprint = lambda: s.TRUSTED\n" + WRONG,
-    "patch_snapshot": "import sys\n_p = sys.modules['course' + '.properties']\n"
+    "patch_snapshot": "import sys\n_p = sys.modules['course' + '.framework.properties']\n"
     "_p._snapshot = lambda value: None\n" + WRONG,
 }
 
@@ -262,7 +262,7 @@ def softmax(x, dim=-1):
 SEARCHING = "search_for_the_answer"
 # The side effects the sealed_* forgeries above hide, left unhidden beside right values: while
 # grading, a side effect the student's process reports decides no point either way (any
-# observer in that process can be bent; course.observe.claim), so each keeps its point,
+# observer in that process can be bent; course.framework.observe.claim), so each keeps its point,
 # its row saying what was seen and not graded, and no forgery earns a point its control does
 # not. (0.1's text lets x change in place: the in-place controls are in
 # tests/test_grading_side_effects.py.)
@@ -305,7 +305,7 @@ def test_a_reach_into_the_check_or_the_probe_earns_nothing(reached, name):
     assert [r.status for r in reached["(honest control)"]] == [grading.PASSED]
     (result,) = reached[name]
     assert result.status in (grading.FAILED, grading.ERROR) and result.flags, result
-    assert "course.sealed" in result.message or "reviews it by hand" in result.message, result
+    assert "course.framework.sealed" in result.message or "reviews it by hand" in result.message, result
 
 
 def test_an_answer_searching_the_students_process_for_the_checks_answer_finds_none(hostile_class):

@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.contract import ERROR, NOT_IMPLEMENTED, PASSED, TIMEOUT
+from course.framework.contract import ERROR, NOT_IMPLEMENTED, PASSED, TIMEOUT
 from course.grading import engine, kernel, sandbox, setup
 
 ROOT = Path(__file__).resolve().parents[1]

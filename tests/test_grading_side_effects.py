@@ -1,8 +1,8 @@
-"""While grading, a claim the student's process reports decides no point (course.observe.claim):
+"""While grading, a claim the student's process reports decides no point (course.framework.observe.claim):
 a side effect of its code, or an identity, mode or flag of its objects.
 
 Each forgery below is one a hand-in can do in its own process (the hostile round's four: a
-rebound ``course.sealed.global_state``, ``same_rng``, ``plain_tensor``, or ``BOUND`` with a faked
+rebound ``course.framework.sealed.global_state``, ``same_rng``, ``plain_tensor``, or ``BOUND`` with a faked
 ``fingerprint``; and the record itself with every side effect taken out), applied while its
 answer is probed beside the same answer probed honestly, as the grader probes (``REPORTED``):
 the two records get the same verdict, the honest one telling what was seen and not graded. As
@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from course import check as framework
-from course import observe, sealed
 from course.checks import nb00
-from course.spec import Case, Spec, check
+from course.framework import check as framework
+from course.framework import observe, sealed
+from course.framework.spec import Case, Spec, check
 
 
 def right(x, dim=-1):

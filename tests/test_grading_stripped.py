@@ -43,9 +43,9 @@ for module in modules.values():
         for s in spec if isinstance(spec, tuple) else (spec,) if spec is not None else ():
             specs.append({"name": s.name, "reference": stub(s.reference),
                           "mistakes": [stub(m.reference) for m in s.mistakes],
-                          "judges": [stub(p.judge) or p.judge.__module__.startswith("course.properties")
+                          "judges": [stub(p.judge) or p.judge.__module__.startswith("course.framework.properties")
                                      for p in s.properties]})
-from course.check import probe
+from course.framework.check import probe
 namespace = {"torch": torch}
 exec(sys.argv[2], namespace)
 _, record = probe(modules["nb00"].softmax, namespace["softmax"], seed=5)
@@ -134,8 +134,8 @@ def test_every_function_the_grader_uses_as_an_answer_is_a_stub_in_the_copy(seen)
 
 
 def test_a_probe_records_the_same_with_the_copy_as_with_the_graders_checks(seen):
-    from course.check import probe
     from course.checks import nb00
+    from course.framework.check import probe
 
     namespace: dict = {}
     exec(_solved_softmax(), namespace)  # noqa: S102 - the course's own solution

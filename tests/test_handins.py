@@ -16,8 +16,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import contract, handins, nbtools
+from course import handins
+from course.framework import contract
 from course.grading import limits
+from course.tooling import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 STEMS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from course import nbtools
-from course.nbtools import MarkerError, exercise_notebook, stub_code, stub_markdown
+from course.tooling import nbtools
+from course.tooling.nbtools import MarkerError, exercise_notebook, stub_code, stub_markdown
 
 REAL_ROOT = nbtools.ROOT
 

@@ -1,4 +1,4 @@
-"""The property helpers (course.properties) and the plain-data codec (course.observe).
+"""The property helpers (course.framework.properties) and the plain-data codec (course.framework.observe).
 
 Each helper is tried on a right and a wrong piece of code, inside a tiny check, so that the
 test also runs it through the probe and the trusted replay (tests/conftest.py)."""
@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from course import observe as obs
-from course.check import FAILED, PASSED, REPLAY_EVERYWHERE, exercise_check, expect
-from course.properties import (
+from course.framework import observe as obs
+from course.framework.check import FAILED, PASSED, REPLAY_EVERYWHERE, exercise_check, expect
+from course.framework.properties import (
     call,
     construct,
     expect_result,
@@ -26,7 +26,7 @@ from course.properties import (
     same,
     seeded,
 )
-from course.spec import Case, Property, Spec, check
+from course.framework.spec import Case, Property, Spec, check
 
 
 @exercise_check("Exercise 9.1", "add one")

@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
+from course.framework.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
 from course.grading import output, report
 from course.grading.names import FORMULA_START, NUMBER
 from course.grading.verdict import ExerciseResult
@@ -282,7 +282,7 @@ ANSWERS = {
         "added": "def centre(x):\n    return x + x.mean(-1, keepdim=True)",
         "raises": "def centre(x):\n    raise ValueError('not today')",
         "hostile": (  # a failure of its own making, naming a mistake and a property
-            "def centre(x):\n" + HOSTILE_PRINTS + "    from course.failure import CheckFailure\n"
+            "def centre(x):\n" + HOSTILE_PRINTS + "    from course.framework.failure import CheckFailure\n"
             "    failure = CheckFailure('gives what the global mean subtracted gives (the "
             "property violated: subtract each row\\'s own mean).')\n"
             "    failure.mistake = 'the global mean subtracted'\n"
@@ -363,12 +363,12 @@ def synthetic_checks(monkeypatch):
 def _replayed(modules, tmp_path: Path) -> dict[str, list[ExerciseResult]]:
     """The fixture class graded by the trusted replay, in this process: each answer probed as
     the student's process probes it, its record replayed by the grader's own check."""
-    from course.check import probe
+    from course.framework.check import probe
+    from course.framework.observe import REPORTED
     from course.grading import verdict
     from course.grading.instrument import record_path
     from course.grading.kernel import Run
     from course.grading.merging import CheckCall
-    from course.observe import REPORTED
 
     graded = {}
     for student, answers in CLASS.items():

@@ -1,7 +1,7 @@
 """The stored solutions show what they compute: every drawing cell has its picture, no output
 names a path of the machine that ran it, and progress bars show their final state.
 
-`make solutions` (course/refresh.py) writes them that way; these tests catch a notebook saved
+`make solutions` (course/tooling/refresh.py) writes them that way; these tests catch a notebook saved
 some other way (e.g. executed with MPLBACKEND=Agg, which stores no figures).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from course.refresh import WIDGET_VIEW
+from course.tooling.refresh import WIDGET_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -119,7 +119,7 @@ def test_refresh_runs_the_kernel_in_this_environment(tmp_path: Path, monkeypatch
     ipykernel then picks its inline backend, so figures are stored."""
     import nbformat
 
-    from course.refresh import refresh
+    from course.tooling.refresh import refresh
 
     monkeypatch.setenv("COURSE_TEST_MARKER", "seen")
     monkeypatch.setenv("MPLBACKEND", "Agg")

@@ -1,4 +1,4 @@
-"""The spec runner (course/spec.py) and the second device (course/virtual.py).
+"""The spec runner (course/framework/spec.py) and the second device (course/framework/virtual.py).
 
 * the worked example of CONTRIBUTING.md's "Checks", run through probe and replay;
 * the student's process computes no answer: in probe mode no reference is called and no
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from course import properties
-from course.check import probe, replay
-from course.domains import Numbers, Tensors
-from course.observe import Foreign, decode, encode, to_plain
-from course.properties import generator
-from course.spec import Case, Mistake, Spec, cases, check
-from course.virtual import DeviceMixed, run_on_virtual
+from course.framework import properties
+from course.framework.check import probe, replay
+from course.framework.domains import Numbers, Tensors
+from course.framework.observe import Foreign, decode, encode, to_plain
+from course.framework.properties import generator
+from course.framework.spec import Case, Mistake, Spec, cases, check
+from course.framework.virtual import DeviceMixed, run_on_virtual
 from tests.mistakes import function_of
 
 # --- the worked example (CONTRIBUTING.md's "Checks"), verbatim --------------------------------
@@ -61,7 +61,7 @@ def test_worked_example_rejects_a_wrong_answer_in_the_replay() -> None:
 
 
 def _worked_examples() -> dict[str, str]:
-    """The worked example as CONTRIBUTING.md's "Checks" shows it (course/spec.py points there)."""
+    """The worked example as CONTRIBUTING.md's "Checks" shows it (course/framework/spec.py points there)."""
     import re
     from pathlib import Path
 
@@ -152,7 +152,7 @@ def test_types_survive_the_record() -> None:
 
 
 def _observation(value: object) -> list:
-    from course.observe import Observation
+    from course.framework.observe import Observation
 
     return [Observation("x", "value", value)]
 

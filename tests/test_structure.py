@@ -19,14 +19,10 @@ NOT_CHECKING = {
     "models": "the pretrained BERT the notebooks fine-tune",
     "env": "device, precision and seeding of a notebook",
     "viz": "plots",
-    "bench": "the course's loop against transformers' Trainer",
-    "budgets": "the notebooks' time budgets",
-    "nbtools": "generates the exercise notebooks from the solutions",
-    "refresh": "executes the solution notebooks",
-    "release": "a student copy of the course",
+    "tooling": "generator, solution runs, student copy, benchmark and time budgets",
     "classroom": "progress, grades and feedback for a class",
     "handins": "reads hand-ins",
-    "contract": "names shared by the checks, the generator and the grader",
+    "framework/contract": "names shared by the checks, the generator and the grader",
     "measure": "times and memory of a notebook's cells",
 }
 # Checks written as a function, not one spec, each with why: none (a model changed in place, or
@@ -89,9 +85,11 @@ def test_every_exercise_check_is_a_declared_spec() -> None:
 def test_no_check_types_the_words_of_a_violated_property() -> None:
     """The checks and the shared properties pass a failure its property (``expect(..., prop=...)``, ``CheckFailure(...,
     prop=...)``, a ``Property``'s name); the words "the property violated:" are written by
-    course.failure alone, so no check's text can drift from the property it records."""
+    course.framework.failure alone, so no check's text can drift from the property it records."""
     typed = []
-    for path in sorted([*(COURSE / "checks").glob("*.py"), *(COURSE / "properties").glob("*.py")]):
+    for path in sorted(
+        [*(COURSE / "checks").glob("*.py"), *(COURSE / "framework" / "properties").glob("*.py")]
+    ):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if "violated:" in node.value.lower() or node.value.lower().endswith("violated"):
@@ -105,29 +103,38 @@ def checking_lines() -> dict[str, int]:
     return {
         str(path.relative_to(COURSE.parent)): len(path.read_text(encoding="utf-8").splitlines())
         for path in sorted(COURSE.rglob("*.py"))
-        if path.relative_to(COURSE).parts[0].removesuffix(".py") not in NOT_CHECKING
+        if not _excluded(path.relative_to(COURSE).with_suffix("").parts)
     }
+
+
+def _excluded(parts: tuple[str, ...]) -> bool:
+    """Whether a module (its path's parts in course/) is, or lies in, a :data:`NOT_CHECKING` entry."""
+    return any("/".join(parts[:n]) in NOT_CHECKING for n in range(1, len(parts) + 1))
 
 
 def test_checking_code_is_counted_by_one_rule() -> None:
     """Every excluded name is a module of course/ with a reason; the count covers the rest."""
-    top = {p.name.removesuffix(".py") for p in COURSE.iterdir() if p.suffix == ".py" or p.is_dir()}
-    assert set(NOT_CHECKING) <= top, sorted(set(NOT_CHECKING) - top)
+    absent = [
+        n for n in NOT_CHECKING if not (COURSE / n).is_dir() and not (COURSE / f"{n}.py").is_file()
+    ]
+    assert not absent, absent
     assert all(reason.strip() for reason in NOT_CHECKING.values())
     counted = checking_lines()
-    assert "course/spec.py" in counted and "course/checks/nb00.py" in counted
-    assert not any(name.startswith(("course/grading/", "course/nn.py")) for name in counted)
+    assert "course/framework/spec.py" in counted and "course/checks/nb00.py" in counted
+    assert not any(
+        name.startswith(("course/grading/", "course/nn.py", "course/tooling/")) for name in counted
+    )
 
 
 # --- claims: what only the student's process observes decides no point -----------------------
 
 # A reading of the student's objects whose right value the grader cannot compute for its own
 # inputs: an identity, a mode or grad flag, a storage address. Inside an observed call its
-# result is a claim: judged only through course.observe.claim (a note while grading).
+# result is a claim: judged only through course.framework.observe.claim (a note while grading).
 CLAIM_ATTRIBUTES = {"training", "requires_grad", "is_leaf", "data_ptr"}
 CLAIM_CALLS = {"is_grad_enabled", "id"}
-CLAIM_SOURCES = [COURSE / "spec.py", *(COURSE / "checks").glob("*.py")]
-CLAIM_SOURCES += [*(COURSE / "properties").glob("*.py")]
+CLAIM_SOURCES = [COURSE / "framework" / "spec.py", *(COURSE / "checks").glob("*.py")]
+CLAIM_SOURCES += [*(COURSE / "framework" / "properties").glob("*.py")]
 
 
 def _called(node: ast.AST) -> str:
@@ -197,7 +204,7 @@ def _functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
 
 def _claim_readers(trees: list[ast.AST], known: set[str] = frozenset()) -> set[str]:
     """Functions of ``trees`` whose result is itself a claim (not a dict of observations), as
-    ``course.properties.modes``; ``known``: those of the modules they import."""
+    ``course.framework.properties.modes``; ``known``: those of the modules they import."""
     readers: set[str] = set(known)
     while True:
         before = set(readers)
@@ -258,7 +265,7 @@ def _judges(function: ast.AST) -> bool:
 
 def claims_judged_as_values(sources: list[Path]) -> list[str]:
     """Where a claim read in an observed callable is judged by ``expect``, a raise or a value
-    comparison (``watched``), rather than through ``course.observe.claim`` (or a ``claim_*``
+    comparison (``watched``), rather than through ``course.framework.observe.claim`` (or a ``claim_*``
     property that calls it alone)."""
     trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in sources}
     shared = _claim_readers([t for p, t in trees.items() if p.parent.name == "properties"])
@@ -298,7 +305,7 @@ def claims_judged_as_values(sources: list[Path]) -> list[str]:
 
 def test_a_claim_of_the_students_process_is_judged_only_through_claim() -> None:
     """An identity, a mode, a grad flag read where the student's code runs can be forged there
-    at no cost: it reaches a verdict only through course.observe.claim, a failure in the
+    at no cost: it reaches a verdict only through course.framework.observe.claim, a failure in the
     notebook and a note, never a point, while grading."""
     assert not claims_judged_as_values(CLAIM_SOURCES)
 

@@ -1,4 +1,4 @@
-"""One measured table of run times (course/budgets.py); the README, docs/results.md,
+"""One measured table of run times (course/tooling/budgets.py); the README, docs/results.md,
 docs/instructors.md and every header agree with it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import budgets, nbtools
-from course.budgets import NOTEBOOK_BUDGET_S, RUN_TIMES, STUDENT_MINUTES
+from course.tooling import budgets, nbtools
+from course.tooling.budgets import NOTEBOOK_BUDGET_S, RUN_TIMES, STUDENT_MINUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = nbtools.solution_paths()
@@ -54,7 +54,7 @@ def test_the_measurement_says_when_and_where():
 def test_header_quotes_the_table(path):
     lines = [line for line in _header(path).splitlines() if line.startswith("**Time:**")]
     assert lines == [budgets.header_time_line(path.name[:2])], (
-        "the header's Time line differs from course/budgets.py: run `make exercises`"
+        "the header's Time line differs from course/tooling/budgets.py: run `make exercises`"
     )
 
 
@@ -62,7 +62,7 @@ def test_header_quotes_the_table(path):
 def test_readme_row_quotes_the_table(path):
     row = _readme_rows((ROOT / "README.md").read_text(encoding="utf-8"))[path.name[:2]]
     assert row[-1] == budgets.readme_time(path.name[:2]), (
-        "the README's time column differs from course/budgets.py: run `make exercises`"
+        "the README's time column differs from course/tooling/budgets.py: run `make exercises`"
     )
 
 
@@ -139,9 +139,9 @@ def project(tmp_path, monkeypatch):
 
 def test_check_names_stale_times_and_generate_fixes_them(project):
     assert nbtools.stale() == [
-        "README.md quotes other times than course/budgets.py",
-        "docs/results.md quotes other times than course/budgets.py",
-        "solutions/07_pos_tagging.ipynb quotes other times than course/budgets.py",
+        "README.md quotes other times than course/tooling/budgets.py",
+        "docs/results.md quotes other times than course/tooling/budgets.py",
+        "solutions/07_pos_tagging.ipynb quotes other times than course/tooling/budgets.py",
         "notebooks/07_pos_tagging.ipynb is missing",
         "course/nn.py is missing",
     ]
@@ -162,7 +162,7 @@ def test_check_names_stale_times_and_generate_fixes_them(project):
 def test_each_bench_run_says_when_where_how_under_what_load_and_keeps_its_output(run):
     datetime.date.fromisoformat(run["when"])
     assert run["where"] and run["load"]
-    assert "make bench" in run["command"] or "python -m course.bench" in run["command"]
+    assert "make bench" in run["command"] or "python -m course.tooling.bench" in run["command"]
     assert run["output"] in run["command"]  # the file is what that command wrote
     output = budgets.bench_output(run)  # stored: no figure of the table is typed by hand
     loop = output["loop"]
@@ -235,7 +235,7 @@ def test_the_bench_table_reads_every_figure_from_the_stored_output(tmp_path, mon
 
 def test_the_results_page_quotes_the_bench_runs():
     assert budgets.bench_table() in RESULTS.read_text(encoding="utf-8"), (
-        "docs/results.md's bench table differs from course/budgets.py: run `make exercises`"
+        "docs/results.md's bench table differs from course/tooling/budgets.py: run `make exercises`"
     )
 
 
@@ -250,7 +250,7 @@ def test_render_bench_rewrites_only_between_the_markers():
 
 def test_the_instructors_guide_quotes_the_class_grading_time():
     assert budgets.class_grading_sentence() in INSTRUCTORS.read_text(encoding="utf-8"), (
-        "docs/instructors.md's class-grading time differs from course/budgets.py: "
+        "docs/instructors.md's class-grading time differs from course/tooling/budgets.py: "
         "run `make exercises`"
     )
 
@@ -278,7 +278,7 @@ def test_the_default_precision_is_the_one_the_stored_runs_give():
     from course import env
 
     assert env.BF16_BY_DEFAULT == (budgets.precision_default() == "bf16 autocast"), (
-        "course/env.py's BF16_BY_DEFAULT disagrees with PRECISION_RUNS in course/budgets.py"
+        "course/env.py's BF16_BY_DEFAULT disagrees with PRECISION_RUNS in course/tooling/budgets.py"
     )
 
 
@@ -305,5 +305,5 @@ def test_precision_default_rule(idle, busy, expected):
 
 def test_the_results_page_quotes_the_precision_runs():
     assert budgets.precision_table() in RESULTS.read_text(encoding="utf-8"), (
-        "docs/results.md's precision table differs from course/budgets.py: run `make exercises`"
+        "docs/results.md's precision table differs from course/tooling/budgets.py: run `make exercises`"
     )

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from course.virtual import DeviceMixed, VirtualDevice, run_on_virtual
+from course.framework.virtual import DeviceMixed, VirtualDevice, run_on_virtual
 
 
 class MovesItself(nn.Module):

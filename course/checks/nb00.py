@@ -7,9 +7,9 @@ import math
 
 import torch
 
-from course.domains import Numbers, Tensors
-from course.properties import generator, large_scores
-from course.spec import Case, Mistake, Spec, cases, check
+from course.framework.domains import Numbers, Tensors
+from course.framework.properties import generator, large_scores
+from course.framework.spec import Case, Mistake, Spec, cases, check
 
 _DIM_HINT = "Use the `dim` argument everywhere (max, sum) instead of a fixed axis."
 _RANGE_HINT = "exp(1000) overflows float32: think about what exp does to large inputs."

@@ -18,11 +18,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from course import properties as prop
-from course.domains import Texts
-from course.observe import type_name
-from course.properties import CheckFailure, an, expect, fresh, generator, gradients, observe
-from course.spec import (
+from course.framework import properties as prop
+from course.framework.domains import Texts
+from course.framework.observe import type_name
+from course.framework.properties import (
+    CheckFailure,
+    an,
+    expect,
+    fresh,
+    generator,
+    gradients,
+    observe,
+)
+from course.framework.spec import (
     DEFAULTS,
     KEYWORD,
     POSITIONAL,

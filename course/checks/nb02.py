@@ -12,11 +12,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from course import properties as prop
 from course.checks import reference as ref
-from course.domains import Masks, Tensors, causal_case
-from course.properties import attention, generator, large_scores
-from course.spec import (
+from course.framework import properties as prop
+from course.framework.domains import Masks, Tensors, causal_case
+from course.framework.properties import attention, generator, large_scores
+from course.framework.spec import (
     DEFAULTS,
     KEYWORD,
     POSITIONAL,
@@ -28,7 +28,7 @@ from course.spec import (
     cases,
     check,
 )
-from course.virtual import VIRTUAL
+from course.framework.virtual import VIRTUAL
 
 # --- 2.1 scaled dot-product attention --------------------------------------------------------
 
@@ -158,7 +158,7 @@ CAUSAL_HINT = (
 
 
 def _on_devices(student: Any, case: Case, call: Any) -> list[dict[str, Any]]:
-    """Given a ``device`` argument naming the second device (:mod:`course.virtual`),
+    """Given a ``device`` argument naming the second device (:mod:`course.framework.virtual`),
     positionally and by name (as a string)."""
     n = case.inputs["length"]
     return [

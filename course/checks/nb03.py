@@ -15,13 +15,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from course import properties as prop
-from course.check import exercise_check
 from course.checks import reference as ref
-from course.domains import Tensors, causal_case
-from course.properties import attention, generator
-from course.properties.statistics import SHARED, independent, is_dropout_of
-from course.spec import (
+from course.framework import properties as prop
+from course.framework.check import exercise_check
+from course.framework.domains import Tensors, causal_case
+from course.framework.properties import attention, generator
+from course.framework.properties.statistics import SHARED, independent, is_dropout_of
+from course.framework.spec import (
     DEFAULTS,
     GLOBAL,
     KEYWORD,
@@ -98,7 +98,7 @@ MERGE = replace(  # the same exercise, hint and gradients; no refusal: every sha
 
 @exercise_check("Exercise 3.1", "split and merge heads", hint=SPLIT_HINT)
 def split_merge_heads(student_split: Any, student_merge: Any) -> None:
-    """The declared contracts of split_heads and of merge_heads, applied by course.spec."""
+    """The declared contracts of split_heads and of merge_heads, applied by course.framework.spec."""
     run_function(SPLIT, student_split)
     run_function(MERGE, student_merge)
 

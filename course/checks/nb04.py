@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from course import properties as prop
-from course.check import exercise_check
 from course.checks.reference import sinusoid_table
-from course.observe import REPLAY, current
-from course.properties import CheckFailure, expect, generator, observe, tolerance
-from course.properties.statistics import SHARED, dropout_rate, independent, is_dropout_of
-from course.spec import (
+from course.framework import properties as prop
+from course.framework.check import exercise_check
+from course.framework.observe import REPLAY, current
+from course.framework.properties import CheckFailure, expect, generator, observe, tolerance
+from course.framework.properties.statistics import SHARED, dropout_rate, independent, is_dropout_of
+from course.framework.spec import (
     DEFAULTS,
     KEYWORD,
     POSITIONAL,

@@ -20,12 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import properties as prop
-from course.check import exercise_check
 from course.checks import reference as ref
-from course.domains import Numbers
-from course.properties import attention, decoding, generator, statistics
-from course.spec import (
+from course.framework import properties as prop
+from course.framework.check import exercise_check
+from course.framework.domains import Numbers
+from course.framework.properties import attention, decoding, generator, statistics
+from course.framework.spec import (
     DEFAULTS,
     KEYWORD,
     POSITIONAL,

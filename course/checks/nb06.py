@@ -1,17 +1,17 @@
 """Checks for notebook 06, BERT fine-tuning.
 
-* ``mask_tokens``, a declared contract (:mod:`course.spec`): the result's stated type (two long
+* ``mask_tokens``, a declared contract (:mod:`course.framework.spec`): the result's stated type (two long
   tensors shaped like ``input_ids``), its invariants on every case, and the 80/10/10 rule as
-  exact statistics where randomness allows (course.properties, notebook 06's section): tests
+  exact statistics where randomness allows (course.framework.properties, notebook 06's section): tests
   with a stated false-alarm rate on ~10^5 tokens for two values of ``mlm_probability``,
   independent selection per token (per row, per position, between neighbours) and the full
-  range of random ids; the device property on the second device (course.virtual).
-* ``train_step`` and ``evaluate_accuracy``, declared contracts whose case is a run (course.spec's
+  range of random ids; the device property on the second device (course.framework.virtual).
+* ``train_step`` and ``evaluate_accuracy``, declared contracts whose case is a run (course.framework.spec's
   ``calls``): a tiny BERT, its optimizer and scheduler made afresh for every run, one call per
   batch, each watched (``_watch``: the modes at each forward pass, what the call left; the
-  modes and grad mode, read in the student's process, are claims: course.observe.claim). The
+  modes and grad mode, read in the student's process, are claims: course.framework.observe.claim). The
   reference is the text's formula (SGD: ``p - lr_k * min(1, max_norm / |g|) * g``) and the
-  text's accuracy; the batches act as if on another device (course.virtual.unmoved).
+  text's accuracy; the batches act as if on another device (course.framework.virtual.unmoved).
 """
 
 from __future__ import annotations
@@ -25,13 +25,29 @@ import torch
 import transformers
 from torch import nn
 
-from course.check import CheckFailure, expect
-from course.domains import Numbers
-from course.observe import claim
-from course.properties import generator, modes, seeded
-from course.properties.statistics import FALSE_ALARM, alarm, dispersion_p, normal_p, proportion_z
-from course.spec import DEFAULTS, GLOBAL, POSITIONAL, Case, Mistake, Property, Spec, cases, check
-from course.virtual import unmoved
+from course.framework.check import CheckFailure, expect
+from course.framework.domains import Numbers
+from course.framework.observe import claim
+from course.framework.properties import generator, modes, seeded
+from course.framework.properties.statistics import (
+    FALSE_ALARM,
+    alarm,
+    dispersion_p,
+    normal_p,
+    proportion_z,
+)
+from course.framework.spec import (
+    DEFAULTS,
+    GLOBAL,
+    POSITIONAL,
+    Case,
+    Mistake,
+    Property,
+    Spec,
+    cases,
+    check,
+)
+from course.framework.virtual import unmoved
 
 IGNORE_INDEX = -100  # the label value that PyTorch's cross-entropy (and BERT's heads) skip
 
@@ -343,7 +359,7 @@ def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _watch(inputs: dict, k: int, code: Callable, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Call ``k`` of a run (course.spec's ``watch``), dropout seeded as the reference's: what it
+    """Call ``k`` of a run (course.framework.spec's ``watch``), dropout seeded as the reference's: what it
     returned, every sub-module's training flag and the grad mode at each forward pass of the
     model, and what it left: the flags, the parameters, the scheduler's step count."""
     model, forwards = inputs["model"], []
@@ -366,7 +382,7 @@ def _first_off(flags: dict[str, bool], wanted: bool) -> str | None:
 
 
 class _Word(str):
-    """An argument made afresh for every run (course.spec's ``calls``), named in a message."""
+    """An argument made afresh for every run (course.framework.spec's ``calls``), named in a message."""
 
     __repr__ = str.__str__
 
@@ -501,7 +517,7 @@ train_step = check(
         watched=("parameters", "scheduler steps"),  # each step's update, then its schedule
         # "rescaled to global norm max_grad_norm": any positive norm, and its default
         domains={"max_grad_norm": Numbers(0.0, None, open_low=True, interior=1, hint=CLIP_HINT)},
-        device=False,  # the batches act as if on another device (course.virtual.unmoved)
+        device=False,  # the batches act as if on another device (course.framework.virtual.unmoved)
         hint="The text lists the steps in order; each one acts on state left by the previous "
         "step (the mode of the model, `.grad`, the learning rate), so think about what each "
         "leaves behind.",
@@ -599,7 +615,7 @@ EVAL_MISTAKES = tuple(  # (name, the text's words it breaks, _accuracy's mistake
 
 def _forwards_in_eval(case: Case, got: list, expected: list, seen: Any) -> None:
     """Dropout off in every sub-module at every forward pass (argmax may hide it), and the model
-    left in eval mode: flags read in the student's process, claims (course.observe.claim)."""
+    left in eval mode: flags read in the student's process, claims (course.framework.observe.claim)."""
     for flags, _ in got[0]["forwards"]:
         on = _first_off(flags, False)
         claim(
@@ -622,7 +638,7 @@ def _forwards_in_eval(case: Case, got: list, expected: list, seen: Any) -> None:
 
 def _forwards_record_nothing(case: Case, got: list, expected: list, seen: Any) -> None:
     """No gradient recorded at any forward pass, which no result shows: grad mode read in the
-    student's process, a claim (course.observe.claim)."""
+    student's process, a claim (course.framework.observe.claim)."""
     claim(
         not any(grad for _, grad in got[0]["forwards"]),
         f"{case.what}: gradients were being recorded during a forward pass (memory and time "
@@ -649,7 +665,7 @@ evaluate_accuracy = check(
             Property(EVAL_MODE, _forwards_in_eval),
             Property(NO_GRAD, _forwards_record_nothing),
         ),
-        device=False,  # the batches act as if on another device (course.virtual.unmoved)
+        device=False,  # the batches act as if on another device (course.framework.virtual.unmoved)
         hint="An evaluation observes the model without changing it: think about dropout, about "
         "gradient recording, and about which positions count and how to combine batches.",
     )

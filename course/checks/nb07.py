@@ -1,4 +1,4 @@
-"""Checks for notebook 07, part-of-speech tagging: two declared contracts (:mod:`course.spec`).
+"""Checks for notebook 07, part-of-speech tagging: two declared contracts (:mod:`course.framework.spec`).
 
 7.1's batches are encoded by the check with the course's packaged tokenizer (loaded when this
 module is imported, in the student's process and the grader's alike; the notebook's tokenizer
@@ -16,10 +16,10 @@ import torch
 import transformers  # noqa: F401 - the tokenizer's library, imported before any student code
 
 from course import models
-from course import properties as prop
-from course.observe import claim
-from course.properties import CheckFailure, generator, same
-from course.spec import Case, Property, Spec, cases, check
+from course.framework import properties as prop
+from course.framework.observe import claim
+from course.framework.properties import CheckFailure, generator, same
+from course.framework.spec import Case, Property, Spec, cases, check
 
 IGNORE_INDEX = -100  # the label PyTorch's cross-entropy skips
 NUM_TAGS = 17  # UPOS

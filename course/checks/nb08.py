@@ -1,4 +1,4 @@
-"""Checks for notebook 08, intent classification: six declared contracts (see :mod:`course.spec`).
+"""Checks for notebook 08, intent classification: six declared contracts (see :mod:`course.framework.spec`).
 
 No check holds an implementation of an answer, and every reference runs on the trusted side
 only: a library function where there is one (torch's ``embedding_bag``, scikit-learn's metrics,
@@ -21,10 +21,10 @@ from sklearn.covariance import EmpiricalCovariance
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.metrics import accuracy_score, precision_score, recall_score
 
-from course import properties as prop
-from course.domains import Tensors
-from course.properties import OneOf, generator
-from course.spec import Case, Mistake, Property, Spec, cases, check
+from course.framework import properties as prop
+from course.framework.domains import Tensors
+from course.framework.properties import OneOf, generator
+from course.framework.spec import Case, Mistake, Property, Spec, cases, check
 
 F64 = torch.float64
 CLASSES = 4  # in-scope classes of the synthetic validation sets of 8.4; their oos_id is 4

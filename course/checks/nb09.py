@@ -1,4 +1,4 @@
-"""Checks for notebook 09, generating text: four declared contracts (see :mod:`course.spec`).
+"""Checks for notebook 09, generating text: four declared contracts (see :mod:`course.framework.spec`).
 
 Every reference is independent of the course's solution and computed on the trusted side only:
 torch's ``cross_entropy`` (9.1), the filters' definitions in float64 (9.2, and the distribution
@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course import properties as prop
-from course.domains import Numbers
+from course.framework import properties as prop
+from course.framework.domains import Numbers
+from course.framework.properties import CheckFailure, OneOf, a_type, expect, generator, large_scores
+from course.framework.spec import KEYWORD, Case, Property, Spec, cases, check
 from course.nn import MultiHeadAttention
-from course.properties import CheckFailure, OneOf, a_type, expect, generator, large_scores
-from course.spec import KEYWORD, Case, Property, Spec, cases, check
 
 # --- 9.1 language-model loss ------------------------------------------------------------------
 

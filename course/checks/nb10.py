@@ -14,14 +14,14 @@ from peft import LoraConfig  # imported with the module (about 2 s), not in the 
 from peft.tuners.lora import Linear
 from torch import nn
 
-from course import properties as prop
-from course import spec
-from course.check import exercise_check, expect
 from course.checks.nb06 import _tiny_batch, _tiny_bert, _Word
-from course.observe import claim
-from course.properties import generator, observe, seeded, statistics
-from course.spec import Build, Case, Property, judging, weights_for
-from course.virtual import VirtualDevice
+from course.framework import properties as prop
+from course.framework import spec
+from course.framework.check import exercise_check, expect
+from course.framework.observe import claim
+from course.framework.properties import generator, observe, seeded, statistics
+from course.framework.spec import Build, Case, Property, judging, weights_for
+from course.framework.virtual import VirtualDevice
 
 HINT = (
     "base(x) + (alpha / r) * dropout(x) @ lora_A.T @ lora_B.T, with lora_A (r, in_features) "
@@ -209,7 +209,7 @@ def _left_trainable(names: list[str]) -> str:
 
 def _claimed_after_init(made: str, seen: dict[str, Any]) -> None:
     """The caller's layer kept as ``self.base`` and frozen: an identity and ``requires_grad``
-    flags read in the student's process, claims (course.observe.claim)."""
+    flags read in the student's process, claims (course.framework.observe.claim)."""
     leaked = [n for n in seen["trainable"] if n[:5] != "lora_"]
     leaked += [n for n in seen["caller"] if n not in leaked]
     claim(
@@ -382,7 +382,7 @@ FROZEN = "every parameter frozen but lora_A, lora_B and the head"
 
 def _claimed_by_add(case: Case, got: Any, expected: Any, seen: Any) -> None:
     """What the text says of the objects and flags, read in the student's process (identities,
-    ``requires_grad``, a mode's effect), so claims (course.observe.claim): the layers wrapped
+    ``requires_grad``, a mode's effect), so claims (course.framework.observe.claim): the layers wrapped
     hold the model's own, what trains, the model returned, the dropout reaching the layers."""
     mine, ours = got[0], expected[0]
     extra_trains = [n for n in mine["trainable"] if n not in ours["trainable"]]
@@ -549,7 +549,7 @@ def _merge_watch(inputs: dict, k: int, code: tuple, layer: Any) -> dict:
 
 def _claimed_by_merge(case: Case, got: Any, expected: Any, seen: Any) -> None:
     """What the text says merge and unmerge do to the layer's objects, which no value shows:
-    identities and flags read in the student's process, claims (course.observe.claim). Values
+    identities and flags read in the student's process, claims (course.framework.observe.claim). Values
     read through the tensor held before merge would be no better: they are the merged weight
     the record already carries, so writing them needs no answer either."""
     merged, unmerged = got[0], got[1]

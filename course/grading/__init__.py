@@ -26,7 +26,7 @@ The verdict is reached where student code never runs. One job per module:
 * :mod:`~course.grading.report`      the class report (``make report``): ``records.json``, which
   grading writes beside the grades, read back into ``report.html`` and ``report.csv``.
 
-Statuses per exercise (:mod:`course.contract`): passed, failed, not implemented (the checks'
+Statuses per exercise (:mod:`course.framework.contract`): passed, failed, not implemented (the checks'
 own), error (the check could not run: the answer cell broke, the kernel died, the file is not a
 notebook), timeout, and missing (no such notebook in the submission).
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from course.contract import (
+from course.framework.contract import (
     ALL_STATUSES,
     ANSWER_PLACEHOLDER,
     ERROR,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import nbformat
 
-from course.contract import ERROR, MISSING, NOT_IMPLEMENTED, STUB
-from course.forbidden import judge_sources
+from course.framework.contract import ERROR, MISSING, NOT_IMPLEMENTED, STUB
+from course.framework.forbidden import judge_sources
 from course.grading import instrument as instrumenting
 from course.grading import kernel, verdict
 from course.grading.merging import (
@@ -36,7 +36,7 @@ from course.grading.verdict import ExerciseResult
 DEFAULT_TIMEOUT_S = 60  # per exercise: its answer cell, the cells it added, its check cell
 TEMPLATE_CELL_S = 300  # a cell of the template itself (loading a model, building data)
 # A hand-in's whole notebook is stopped at DEADLINE_FACTOR times its notebook's measured
-# grading cost (course.budgets.GRADING_COSTS, CPU seconds of the whole command, the setup check
+# grading cost (course.tooling.budgets.GRADING_COSTS, CPU seconds of the whole command, the setup check
 # included) plus DEADLINE_MARGIN_S, whatever it adds (cells, processes): at most 294 s (notebook
 # 06); with the setup check's own bound (notebook 00's, 209 s) before it, within Gradescope's
 # 10 minutes. An honest notebook needs its cost once (about twice at Gradescope's half CPU).
@@ -48,7 +48,7 @@ DEADLINE_MARGIN_S = (
 
 def deadline_s(number: int) -> float:
     """The most a hand-in's notebook ``number`` may run, in seconds (see DEADLINE_FACTOR)."""
-    from course.budgets import GRADING_COSTS
+    from course.tooling.budgets import GRADING_COSTS
 
     costs = GRADING_COSTS["cpu_s"]
     cost = costs.get(f"{number:02d}", max(costs.values()))

@@ -4,9 +4,9 @@ In the student's kernel, ``check.softmax(softmax)`` in a check cell is rewritten
 
     __course_grading__.record("softmax", SEED, check.softmax, softmax)
 
-:func:`record` runs :func:`course.check.probe` (the check body on the student's objects, every
+:func:`record` runs :func:`course.framework.check.probe` (the check body on the student's objects, every
 observation recorded), prints the student-side report, and writes the encoded record
-(:func:`course.observe.encode`: JSON and safetensors, never a pickle) to
+(:func:`course.framework.observe.encode`: JSON and safetensors, never a pickle) to
 ``$COURSE_GRADING_RECORDS/softmax.rec``, one file per check, the last call winning.
 
 Nothing here is trusted: the student's process may patch this module, the check or the record.
@@ -41,8 +41,8 @@ def record_path(folder: str | os.PathLike, name: str) -> Path:
 
 def record(name: str, seed: int, check: Any, *args: Any, **kwargs: Any) -> None:
     """(In the student's kernel) probe ``check`` on the student's objects; write its record."""
-    from course.check import probe
-    from course.observe import REPORTED
+    from course.framework.check import probe
+    from course.framework.observe import REPORTED
 
     path = record_path(os.environ[RECORDS_ENV], name)
     path.unlink(missing_ok=True)  # the last call wins, even when it fails to produce one

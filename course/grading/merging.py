@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.contract import ANSWER_PLACEHOLDER, STUB
+from course.framework.contract import ANSWER_PLACEHOLDER, STUB
 from course.grading.cells import cell_code, cell_names
 
 CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course.contract import PASSED
+from course.framework.contract import PASSED
 
 WRITTEN = "written"  # the status of a written question's line
 
@@ -31,7 +31,7 @@ class Line:
 
     item: str  # exercise or question id, "0.1"
     notebook: str  # template file name
-    status: str  # an exercise's status (course.contract), or WRITTEN
+    status: str  # an exercise's status (course.framework.contract), or WRITTEN
     earned: float | None  # None: a written answer not graded yet
     possible: float
     message: str = ""

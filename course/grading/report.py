@@ -9,7 +9,7 @@ again: the counts are those of the grades. It writes, beside them:
   reads in light and dark colour schemes: a heat map of students by exercises, each exercise's
   pass rate, each exercise's named mistakes (with the sentence of the exercise text each breaks)
   and the properties violated where no named mistake matched, what was seen in students'
-  processes and not graded (:func:`course.observe.claim`'s notes, by exercise and student), and
+  processes and not graded (:func:`course.framework.observe.claim`'s notes, by exercise and student), and
   the exercises most left not started;
 * ``report.csv``: one row per exercise and per mistake, property or note seen and not graded,
   with counts; every text cell quoted and formula starts neutralised, safe under "," and ";".
@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
+from course.framework.contract import ERROR, FAILED, MISSING, NOT_IMPLEMENTED, PASSED, TIMEOUT
 
 RECORDS = "records.json"
 RECORDS_FORMAT = "course-grading-records/1"

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import nbformat
 
-from course.contract import PASSED
+from course.framework.contract import PASSED
 from course.grading import sandbox
 
 NAME = "00_setup_check.ipynb"

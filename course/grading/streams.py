@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 from typing import Any, TextIO
 
-from course.failure import clipped, exception_text
+from course.framework.failure import clipped, exception_text
 
 __all__ = ["BoundedStream", "clipped", "exception_text"]
 

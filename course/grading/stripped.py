@@ -1,15 +1,15 @@
 """The check modules as a student's process gets them while grading: every answer taken out.
 
-While a class is graded, the student's process only *probes* (:mod:`course.observe`): it calls
+While a class is graded, the student's process only *probes* (:mod:`course.framework.observe`): it calls
 the student's code and records what comes back; the grader's trusted process replays the record
-and alone computes what is right (:func:`course.spec.judging`). So nothing that computes or
+and alone computes what is right (:func:`course.framework.spec.judging`). So nothing that computes or
 holds a right answer needs to be, or is, in the student's process. Its private course copy
 (:func:`course.grading.kernel.private_course`) gets ``course/checks`` rewritten by
 :func:`for_students`, from the grader's in-memory snapshot, before any student process starts:
 
 * every ``reference=`` and ``judge=`` argument (and ``"judge"`` entry of a dict of a
-  property's fields), a :class:`~course.spec.Mistake`'s reference (its third argument) and a
-  :class:`~course.spec.Property`'s judge (its second) becomes a stub that raises;
+  property's fields), a :class:`~course.framework.spec.Mistake`'s reference (its third argument) and a
+  :class:`~course.framework.spec.Property`'s judge (its second) becomes a stub that raises;
 * every ``if judging():`` block loses its body (it never runs in a probe);
 * then, until nothing changes, every function of a check module that no remaining code names,
   and every private module-level value no remaining code names, loses its body or value: the

@@ -5,11 +5,11 @@ Runs only in the grader's process, after every process of the student's run has 
 * :func:`trusted_checks` imports every ``course.checks.nbNN`` module *before* any student
   process starts (and snapshots the grader's course tree, :class:`~course.grading.kernel.TreeGuard`);
 * :func:`verdicts` reads each probe record (bytes, size-capped) and calls
-  :func:`course.check.replay` with the *trusted* check and the argument layout of the
+  :func:`course.framework.check.replay` with the *trusted* check and the argument layout of the
   *template's* check call. A missing or unreadable record gives an honest row (error, timeout,
   not run) with its reason: nothing the student's process writes can produce a pass;
 * :func:`forbidden` flags answer cells that import the course's check or reference code
-  (:data:`course.contract.FORBIDDEN_IN_ANSWERS`) or use the notebook's ``check`` module: such an
+  (:data:`course.framework.contract.FORBIDDEN_IN_ANSWERS`) or use the notebook's ``check`` module: such an
   exercise scores 0, decided by static analysis here;
 * :func:`write_results_json` writes Gradescope's ``results.json`` from trusted results only.
 """
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from course.contract import (
+from course.framework.contract import (
     ERROR,
     FAILED,
     FORBIDDEN_IN_ANSWERS,
@@ -57,7 +57,7 @@ class ExerciseResult:
     mistake: str | None = None
     prop: str | None = None
     # Claims the student's process reported that the replay saw and did not grade (side effects,
-    # flags, identities: course.observe.claim), each in the check's words: in the message for
+    # flags, identities: course.framework.observe.claim), each in the check's words: in the message for
     # the student, and as data here for the instructor's report, who may dock them by hand.
     notes: list[str] = field(default_factory=list)
 
@@ -128,8 +128,16 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-# Command-line tools no check or replay uses (and that import matplotlib and the like).
-_NOT_FOR_GRADING = ("bench", "classroom", "nbtools", "refresh", "release", "viz")
+# Command-line tools no check or replay uses (and that import matplotlib and the like); the
+# grader's deadline reads tooling.budgets, which is imported.
+_NOT_FOR_GRADING = (
+    "tooling.bench",
+    "tooling.nbtools",
+    "tooling.refresh",
+    "tooling.release",
+    "classroom",
+    "viz",
+)
 
 
 def _import_course() -> None:
@@ -139,8 +147,8 @@ def _import_course() -> None:
     import course
 
     for info in pkgutil.walk_packages(course.__path__, "course."):
-        parts = info.name.split(".")
-        if parts[1] in _NOT_FOR_GRADING or info.name in sys.modules:
+        name = info.name.removeprefix("course.")
+        if name in _NOT_FOR_GRADING or info.name in sys.modules:
             continue
         try:
             importlib.import_module(info.name)
@@ -212,11 +220,11 @@ def forbidden(source: str, own: str | None = None) -> list[str]:
                 continue
             if _forbidden_name(node.module):
                 reasons.append(f"imports from {node.module}")
-            elif node.module == "course":
+            else:  # ``from course import checks``: the package is named with the module
                 reasons += [
-                    f"imports course.{a.name}"
+                    f"imports {node.module}.{a.name}"
                     for a in node.names
-                    if _forbidden_name(f"course.{a.name}")
+                    if _forbidden_name(f"{node.module}.{a.name}")
                 ]
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             target = _dotted(node.func) or ""
@@ -240,8 +248,8 @@ def forbidden(source: str, own: str | None = None) -> list[str]:
 
 def read_record(folder: Path, name: str) -> bytes | None:
     """The record's bytes, or None (missing, not a plain file, or too large to be one)."""
+    from course.framework.observe import MAX_RECORD_BYTES
     from course.grading.kernel import read_back
-    from course.observe import MAX_RECORD_BYTES
 
     # Never through a link, never blocking on a named pipe, a regular file of bounded size.
     return read_back(record_path(folder, name), MAX_RECORD_BYTES)
@@ -300,8 +308,8 @@ def verdicts(
     flagged: dict[str, list[str]],
 ) -> list[ExerciseResult]:
     """One trusted result per check call of the template."""
-    from course.check import replay
-    from course.observe import REPORTED
+    from course.framework.check import replay
+    from course.framework.observe import REPORTED
 
     results = []
     for call in calls:
@@ -326,7 +334,9 @@ def verdicts(
             results.append(ExerciseResult(name, call.exercise, call.check, status, message))
             continue
         try:
-            with _replay_lock:  # course.observe keeps one session per process: one replay at once
+            with (
+                _replay_lock
+            ):  # course.framework.observe keeps one session per process: one replay at once
                 verdict = replay(  # side effects the record reports: said, not graded
                     check,
                     data,

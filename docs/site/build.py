@@ -22,7 +22,7 @@ this file):
 * ``license.md``: the LICENSE file.
 
 The repository the badges point at is the one the notebooks already name, read from
-``pyproject.toml`` with ``course.nbtools.REPO_URL`` (``make badges REPO=owner/name`` changes
+``pyproject.toml`` with ``course.tooling.nbtools.REPO_URL`` (``make badges REPO=owner/name`` changes
 all of them); ``--repo`` rewrites it for this build only, as ``make release REPO=`` does.
 """
 
@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))  # the course package, when run as a script
 
-from course import nbtools  # noqa: E402
+from course.tooling import nbtools  # noqa: E402
 
 # Each build works in its own folder under build/ (two builds at once do not collide):
 # source/ (the staged tree), doctrees/, html/ (moved to --out at the end). MyST-NB puts the

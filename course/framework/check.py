@@ -5,8 +5,8 @@ NotImplementedError) or failed (what is wrong, what was expected, a hint; no tra
 the checker, the student's own exception summarised). In a notebook a check that does not pass
 raises :class:`CheckFailed`, so "Run All" stops at the first exercise that needs work (IPython
 shows the message alone); tests pass ``raise_on_failure=False`` and get the :class:`CheckResult`.
-Checks are specs (:mod:`course.spec`); :func:`exercise_check`, the layer under them, turns a body
-into the notebook's function and runs it in the three modes of :mod:`course.observe`.
+Checks are specs (:mod:`course.framework.spec`); :func:`exercise_check`, the layer under them, turns a body
+into the notebook's function and runs it in the three modes of :mod:`course.framework.observe`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from course import observe as obs
-from course import sealed
-from course.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
-from course.failure import CheckFailure, depends_on_earlier_calls
+from course.framework import observe as obs
+from course.framework import sealed
+from course.framework.contract import ERROR, FAILED, NOT_IMPLEMENTED, PASSED
+from course.framework.failure import CheckFailure, depends_on_earlier_calls
 
 
 @dataclass
@@ -34,12 +34,12 @@ class CheckResult:
     message: str = ""
     hint: str | None = None
     flags: tuple[str, ...] = ()  # for the instructor: the hand-in changed the check (scores 0)
-    # As data for grading records (course.failure.CheckFailure): the property the failure names
+    # As data for grading records (course.framework.failure.CheckFailure): the property the failure names
     # and the known mistake the result is, by the name its spec gives it; None where none.
     prop: str | None = None
     mistake: str | None = None
     # Claims the student's process reported (side effects, flags, identities) that the verdict
-    # does not rest on (course.observe.claim): said in the report, never a point either way.
+    # does not rest on (course.framework.observe.claim): said in the report, never a point either way.
     notes: tuple[str, ...] = ()
 
     @property
@@ -164,7 +164,7 @@ def _probe_and_replay(check: Callable, args: tuple, kwargs: dict) -> CheckResult
 
 def exercise_check(exercise: str, title: str, hint: str | None = None, seed: int = 0) -> Callable:
     """A check body ``body(*student_objects)`` as the notebook's check: it touches the student's
-    objects only through :func:`course.observe.observe`, raises :class:`CheckFailure` when
+    objects only through :func:`course.framework.observe.observe`, raises :class:`CheckFailure` when
     something is wrong, and runs on a fork of torch's random state seeded with ``seed`` (the
     notebook's own stream left as it was), in the notebook, :func:`probe` and :func:`replay`."""
 
@@ -211,7 +211,7 @@ def replay(
     """The trusted verdict: ``check``'s body on recorded observations, student objects absent;
     ``positional`` and ``keywords``: the check call as the *template* writes it, never as the
     student's process reports; ``effects``: ``obs.REPORTED`` where the side effects the record
-    reports decide nothing (the grader: :func:`course.observe.claim`)."""
+    reports decide nothing (the grader: :func:`course.framework.observe.claim`)."""
     try:
         observations = obs.decode(record)
     except Exception as error:  # noqa: BLE001 - whatever the untrusted bytes are

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from course import sealed
-from course.failure import CheckFailure, students_words, summarise_exception
+from course.framework import sealed
+from course.framework.failure import CheckFailure, students_words, summarise_exception
 
 LOCAL, PROBE, REPLAY = "local", "probe", "replay"
 # What a claim the student's process reports (a side effect of its code, a flag or an identity
@@ -77,7 +77,7 @@ class Observation:
     hint: str | None = None
     error_type: str = ""  # the class name of what the student's code raised
     side_effects: list[str] = field(default_factory=list)  # global state the call changed
-    ran: str = ""  # course.sealed.fingerprint() of what the probe called
+    ran: str = ""  # course.framework.sealed.fingerprint() of what the probe called
 
 
 @dataclass

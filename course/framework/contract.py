@@ -32,18 +32,6 @@ def course_metadata(notebook: dict, stem: str) -> dict:
 
 
 # An answer cell that imports one of these is flagged and scores 0 for its exercise: the checks,
-# their references, and the machinery that observes the answer while grading (an answer that
-# imports ``course.sealed`` can only mean to bend what the probe records).
-FORBIDDEN_IN_ANSWERS = (
-    "course.checks",
-    "course.check",
-    "course.observe",
-    "course.properties",
-    "course.sealed",
-    "course.spec",
-    "course.failure",
-    "course.forbidden",
-    "course.virtual",
-    "course.domains",
-    "course.grading",
-)
+# their references, the checking framework that observes the answer while grading (an answer that
+# imports ``course.framework.sealed`` can only mean to bend what the probe records), the grader.
+FORBIDDEN_IN_ANSWERS = ("course.checks", "course.framework", "course.grading")

@@ -23,10 +23,10 @@ max), wall-clock and process CPU time. A slow spell of the machine then hits bot
 a round alike. The printout also names the machine and its 1-minute load average before and
 after.
 
-Run ``python -m course.bench [--steps 94] [--rounds 5] [--layer-rounds 21] [--json out.json]``.
+Run ``python -m course.tooling.bench [--steps 94] [--rounds 5] [--layer-rounds 21] [--json out.json]``.
 ``--loop-only`` runs the course loop alone and prints one JSON line (its seconds, CPU seconds,
 accuracy, precision and the load average): one run of the precision measurement that chose
-float32 as the default (``PRECISION_RUNS`` in ``course/budgets.py``).
+float32 as the default (``PRECISION_RUNS`` in ``course/tooling/budgets.py``).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _loop_inputs(steps: int) -> tuple[list[dict], Any, Any]:
 def course_loop_only(steps: int = 94) -> dict:
     """The course loop alone, in the precision ``course.env`` picks (``COURSE_BF16``), with the
     1-minute load average at its end: one run of the precision measurement (``PRECISION_RUNS``
-    in course/budgets.py)."""
+    in course/tooling/budgets.py)."""
     train, val_loader, collator = _loop_inputs(steps)
     run = _course_loop(train, val_loader, steps, collator)
     return {**run, "COURSE_BF16": os.environ.get("COURSE_BF16"), "load1": os.getloadavg()[0]}
@@ -332,7 +332,7 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course.bench", description=__doc__.split("\n")[0]
+        prog="python -m course.tooling.bench", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--steps", type=int, default=94, help="training steps of batch 32 (94: 3,008 examples)"

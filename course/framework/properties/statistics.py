@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from course.properties import expect, observe, tolerance
+from course.framework.properties import expect, observe, tolerance
 
 # Statistical properties: exact where randomness allows. Each test is two-sided at FALSE_ALARM
 # (a right implementation fails it with that probability, over the grader's random seeds), and

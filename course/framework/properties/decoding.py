@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from course.observe import claim
-from course.properties import expect, observe, tolerance
+from course.framework.observe import claim
+from course.framework.properties import expect, observe, tolerance
 
 
 def encode_then_decode(hint: str | None = None) -> dict:

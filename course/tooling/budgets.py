@@ -8,7 +8,7 @@ docs/DESIGN.md explains them. (A student's working time, 30-90 minutes, is anoth
 thing: each notebook's header states it, and the README's table repeats it.)
 
 ``RUN_TIMES`` is the one table of *measured* times (when, where, the seconds per notebook) and
-``STUDENT_MINUTES`` the working-time estimates. ``python -m course.nbtools generate`` (``make
+``STUDENT_MINUTES`` the working-time estimates. ``python -m course.tooling.nbtools generate`` (``make
 exercises``) writes from them the README's *time* column, the run-time table of
 ``docs/results.md`` and the ``**Time:**`` line of every notebook header (``write_times``);
 ``nbtools check`` and ``tests/test_timings.py`` fail when those disagree with the table. After
@@ -102,7 +102,7 @@ RUN_TIMES: dict = {
     "machines": {"10": ("an idle 2-core x86-64 CPU (Intel Xeon, float32)", "2026-11-28")},
 }
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 _HEADER_LINE = re.compile(r"^\*\*Time:\*\*.*$", re.MULTILINE)
 # Which page holds which generated text (paths relative to the root).
 README_PAGE = "README.md"
@@ -168,7 +168,7 @@ def run_time_table(root: Path | None = None) -> str:
         )
         + ". *Budget* is the most a notebook may take there. The columns, the README's *time* "
         "column and the *Time* line of each notebook's header are written by `make exercises` "
-        "from `course/budgets.py`; a test fails when they disagree."
+        "from `course/tooling/budgets.py`; a test fails when they disagree."
     )
     return "\n".join(rows) + "\n\n" + wrap(text) + "\n<!-- /run times -->"
 
@@ -405,8 +405,8 @@ def write_times(root: Path = _ROOT, write: bool = True) -> list[Path]:
     return changed
 
 
-# `make bench` (course/bench.py), measured: one entry per run, and the run's own output, the file
-# `python -m course.bench --json FILE` wrote, stored under docs/bench/ beside what it printed:
+# `make bench` (course/tooling/bench.py), measured: one entry per run, and the run's own output, the file
+# `python -m course.tooling.bench --json FILE` wrote, stored under docs/bench/ beside what it printed:
 # every figure of the bench table is read from those files, none is typed here. "loop": the
 # course's fine-tuning loop against transformers' Trainer; "layers": one training step of notebook
 # 05's Transformer against torch.nn.Transformer. Each ratio is the median of interleaved rounds
@@ -494,7 +494,7 @@ def bench_table() -> str:
         return (
             "<!-- bench -->\nNo run of `make bench` with its output stored yet: on an idle machine, "
             "`make bench JSON=docs/bench/DATE-PRECISION.json`, then an entry in `BENCH_RUNS` "
-            "(`course/budgets.py`), adds one.\n<!-- /bench -->"
+            "(`course/tooling/budgets.py`), adds one.\n<!-- /bench -->"
         )
     rows = [
         "<!-- bench -->",
@@ -555,7 +555,7 @@ def class_grading_sentence() -> str:
         "<!-- class grading time -->A complete submission (the solutions: every notebook, every "
         f"exercise passed) took {done['wall_s']:.0f} s of wall-clock time and {done['cpu_s']:.0f} s "
         f"of CPU with `JOBS=1`, measured on {done['when']} on {done['where']} "
-        "(`GRADING_COSTS` in `course/budgets.py`).<!-- /class grading time -->"
+        "(`GRADING_COSTS` in `course/tooling/budgets.py`).<!-- /class grading time -->"
     )
 
 
@@ -567,7 +567,7 @@ def render_class_grading_time(text: str) -> str:
 # The precision measurement that chose the default of `course.env` (BF16_BY_DEFAULT): float32
 # (COURSE_BF16=0) against bf16 autocast (COURSE_BF16=1) on a CPU with native bf16, under each
 # load, for each thing timed ("measurements": what it is and the command). A course-loop run is
-# the line `python -m course.bench --loop-only` prints (seconds, process CPU seconds, validation
+# the line `python -m course.tooling.bench --loop-only` prints (seconds, process CPU seconds, validation
 # accuracy, precision, the 1-minute load average at its end); a notebook run is the seconds
 # `make solutions` printed for it. `make exercises` writes docs/results.md's precision table from
 # it; tests/test_timings.py fails when that page disagrees, or when env.BF16_BY_DEFAULT is not what
@@ -576,10 +576,10 @@ PRECISION_RUNS: dict = {
     "when": "2026-11-27",
     "where": "a 2-core x86-64 virtual machine (AMD EPYC with avx512_bf16), torch 2.13.0, 2 threads",
     "measurements": {
-        "course loop": "`course.bench`'s course loop alone (94 steps of batch 32 on SST-2, the "
+        "course loop": "`course.tooling.bench`'s course loop alone (94 steps of batch 32 on SST-2, the "
         "packaged MiniLM, fused AdamW), a fresh process per run, float32 and bf16 interleaved run "
         "by run when idle (side by side when shared): the calls of "
-        "`python -m course.bench --loop-only`",
+        "`python -m course.tooling.bench --loop-only`",
         "notebook 06 Run All": "notebook 06 executed whole on another machine, a CPU with "
         "native bf16 (date and load average not recorded)",
     },

@@ -1,7 +1,7 @@
 """Execute the solution notebooks and save them as a reader should see them.
 
-    python -m course.refresh            # all of solutions/
-    python -m course.refresh 05 07      # only these (by number)
+    python -m course.tooling.refresh            # all of solutions/
+    python -m course.tooling.refresh 05 07      # only these (by number)
 
 ``make solutions`` wraps this. What a reader sees on GitHub, in Colab's preview or in
 JupyterLab before running anything is the stored output, so it must be what the code
@@ -30,7 +30,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from course.data import SAMPLE_DATA_MARKER
-from course.nbtools import SOLUTIONS
+from course.tooling.nbtools import SOLUTIONS
 
 ROOT = SOLUTIONS.parent
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -1,7 +1,7 @@
 """The checking library, by concept: each property written once, with its message.
 
-This module is the core: the properties the runner (:mod:`course.spec`) applies to every
-exercise, each observed through :func:`course.observe.observe` (so the verdict can be replayed
+This module is the core: the properties the runner (:mod:`course.framework.spec`) applies to every
+exercise, each observed through :func:`course.framework.observe.observe` (so the verdict can be replayed
 where the student's code never runs) and failing with a message that names the property
 violated. Concepts that several exercises share have a module each (:mod:`.attention`,
 :mod:`.statistics`, :mod:`.decoding`); a property used by one check lives beside its spec.
@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from course.check import CheckFailure, expect
-from course.failure import VIOLATED, depends_on_earlier_calls
-from course.observe import (
+from course.framework.check import CheckFailure, expect
+from course.framework.failure import VIOLATED, depends_on_earlier_calls
+from course.framework.observe import (
     Absent,
     Foreign,
     NotPlainData,
@@ -33,7 +33,7 @@ from course.observe import (
     to_student_plain,
     type_name,
 )
-from course.virtual import DeviceMixed, run_on_virtual
+from course.framework.virtual import DeviceMixed, run_on_virtual
 
 __all__ = ["Absent", "CheckFailure", "expect", "generator", "observe"]  # re-exported
 
@@ -437,7 +437,7 @@ def on_device(
     kwargs: dict | None = None,
     modules: tuple = (),
 ) -> dict[str, Any]:
-    """The device property, observed: ``function`` run on :mod:`course.virtual`'s second device
+    """The device property, observed: ``function`` run on :mod:`course.framework.virtual`'s second device
     (its tensors and ``modules`` moved there): where each result lives, what it raised there."""
 
     def run() -> dict[str, Any]:
@@ -529,7 +529,7 @@ def claim_trainable(
 ) -> None:
     """The trainable parameters are exactly those the exercise text names (an extra one would
     be trained although the text has no such weight): ``requires_grad`` flags read in the
-    student's process (``frozen``), a claim (:func:`course.observe.claim`)."""
+    student's process (``frozen``), a claim (:func:`course.framework.observe.claim`)."""
     trainable = set(got) - set(frozen)
     stopped = sorted(set(declared) - trainable)
     claim(
@@ -564,7 +564,7 @@ def expect_same_in_modes(what: str, train: Any, evaluation: Any, hint: str | Non
 
 def claim_modes_reach(what: str, modes_in_train: dict[str, bool]) -> None:
     """``train()`` reaches every sub-module (no sub-module kept in eval mode, no flag forced):
-    flags read in the student's process, a claim (:func:`course.observe.claim`)."""
+    flags read in the student's process, a claim (:func:`course.framework.observe.claim`)."""
     stuck = [name for name, training in modes_in_train.items() if not training]
     claim(
         not stuck,
@@ -607,7 +607,7 @@ def expect_same_again(
 
 
 def meanings(*items: tuple) -> list[dict[str, Any]]:
-    """What each item of a result means: a :class:`course.spec.Property`'s fields per item ``(name,
+    """What each item of a result means: a :class:`course.framework.spec.Property`'s fields per item ``(name,
     pick, the item in words, what the text says it is[, the cases it applies to])``, which judge
     ``pick(result)`` against the reference's and name what the item means in the text."""
 
@@ -665,7 +665,7 @@ def refusal(
 ) -> dict[str, Callable]:
     """The text says ``attempt(student)`` raises ``error`` (a ValueError for sizes that do not
     fit), with ``says_so`` an error "that says so": a message, not an empty one.
-    ``observe``/``judge`` of a spec :class:`~course.spec.Property`."""
+    ``observe``/``judge`` of a spec :class:`~course.framework.spec.Property`."""
 
     def watch(student: Any, case: Any, call: Callable) -> dict[str, Any]:
         def run() -> dict[str, Any]:

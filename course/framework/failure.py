@@ -1,5 +1,5 @@
 """How a check says "wrong", and the student's exception in one line (apart from
-:mod:`course.check`, so that :mod:`course.observe` uses them without an import circle)."""
+:mod:`course.framework.check`, so that :mod:`course.framework.observe` uses them without an import circle)."""
 
 from __future__ import annotations
 
@@ -95,11 +95,8 @@ def exception_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {message}"
 
 
-_CHECKERS = (  # the checking modules: a frame there is never the student's line
-    "check.py checks/ observe.py properties/ spec.py virtual.py failure.py sealed.py domains.py "
-    "forbidden.py"
-)
-_CHECKER_FILES = [f"/course/{name}" for name in _CHECKERS.split()]
+# the checking modules: a frame there is never the student's line
+_CHECKER_FILES = ("/course/framework/", "/course/checks/")
 
 _LIBRARY_DIRS = tuple(
     {

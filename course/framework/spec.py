@@ -4,10 +4,10 @@ A spec says what the exercise text says, nothing more (the fields below); its re
 stated result: its type, dtype, shape and device are what the student's result must have. The
 worked example is CONTRIBUTING's "Checks" (``tests/test_spec.py`` runs it). :func:`check` turns
 a spec into the notebook's check, whose runner applies every property to every case in one
-order, with the messages of :mod:`course.properties`: the call in every form (inputs untouched,
+order, with the messages of :mod:`course.framework.properties`: the call in every form (inputs untouched,
 global state unchanged), the stated result's type, the spec's own properties, the values, the
 gradients, ``train()`` against ``eval()``, and the device: every case again on a second device
-that computes real values (:mod:`course.virtual`), so "undecided" does not exist.
+that computes real values (:mod:`course.framework.virtual`), so "undecided" does not exist.
 
 No answer in the student's process: while grading it only observes (``probe``), making the same
 observations in the same order; the grader's trusted process replays them, and alone computes
@@ -25,13 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from course import forbidden as banned
-from course import properties as prop
-from course.check import exercise_check
-from course.domains import Domain, draw
-from course.failure import violated
-from course.observe import PROBE, StudentError, current, observe
-from course.virtual import NOT_MOVED, NOT_MOVED_HINT
+from course.framework import forbidden as banned
+from course.framework import properties as prop
+from course.framework.check import exercise_check
+from course.framework.domains import Domain, draw
+from course.framework.failure import violated
+from course.framework.observe import PROBE, StudentError, current, observe
+from course.framework.virtual import NOT_MOVED, NOT_MOVED_HINT
 
 POSITIONAL, KEYWORD, DEFAULTS = "positional", "keyword", "defaults"
 NONE, GLOBAL = "none", "global"  # randomness; any other value names the generator parameter
@@ -51,7 +51,7 @@ class Case:
     inputs: Mapping[str, Any]
     hint: str | None = None
     strict: bool | dict = False  # True: the text asks for float64 precision; a dict: this
-    # case's own bound (course.properties.tolerance)
+    # case's own bound (course.framework.properties.tolerance)
     grad: bool = False  # compare the gradients of the spec's ``gradients`` on this case
     device: bool = True  # run this case again on the second device
     compare: bool = True  # compare values with the reference's (False: only its type and
@@ -135,7 +135,9 @@ class _Contract:
     gradients: tuple[str, ...] = ()
     properties: tuple[Property, ...] = ()
     seed: int = 0
-    domains: Mapping[str, Domain] = field(default_factory=dict)  # course.domains: drawn inputs
+    domains: Mapping[str, Domain] = field(
+        default_factory=dict
+    )  # course.framework.domains: drawn inputs
     mistakes: tuple[Mistake, ...] = ()  # known wrong answers, named where a result is one
 
 
@@ -149,7 +151,7 @@ class Spec(_Contract):
     mutable: tuple[str, ...] = ()  # arguments the text allows the code to change in place
     device: bool = True  # the text says the result lives on the inputs' device
     random: str = NONE
-    forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.forbidden
+    forbidden: tuple[str, ...] = ()  # built-ins the text forbids: course.framework.forbidden
     by_name: bool = True  # drawn inputs also go by name (not where the course never names them)
     # A case as several calls on objects they change (a model trained step by step):
     # ``calls(inputs)`` makes them afresh for every run, so that no run sees what another left;
@@ -253,7 +255,7 @@ def _arranged(spec: Spec | ModuleSpec, inputs: Mapping[str, Any], form: str = ""
 def _call(
     what: str, function: Any, args: tuple, kwargs: dict, spec: Any, random: bool = False
 ) -> Any:
-    """The student's ``function`` called through :func:`course.properties.call` (its arguments
+    """The student's ``function`` called through :func:`course.framework.properties.call` (its arguments
     named by the spec's parameters, those it may change in place left unjudged)."""
     names, free = spec.params, spec.mutable
     run = functools.partial(prop.call, what, function, *args, random=random, names=names, free=free)
@@ -262,7 +264,7 @@ def _call(
 
 def _told(what: str, run: Callable[..., Any], /, **kwargs: Any) -> Any:
     """``run(**kwargs)``, the student's error told with the case (a batch used where it came
-    from, course.virtual.unmoved: the device property's failure)."""
+    from, course.framework.virtual.unmoved: the device property's failure)."""
     try:
         return run(**kwargs)
     except StudentError as error:
@@ -401,7 +403,7 @@ def _call_all(
 
 def _fresh(value: Any) -> Any:
     """A copy of the containers and tensors in ``value``; a view stays a view of its own copy
-    (``clone()`` would make a drawn layout, course.domains, contiguous)."""
+    (``clone()`` would make a drawn layout, course.framework.domains, contiguous)."""
     if isinstance(value, torch.Tensor):
         base = value._base
         if base is None or not base.is_contiguous():
@@ -497,7 +499,7 @@ def _pairs(
 
 
 def _matches(pairs: list, strict: bool | dict) -> bool:
-    """Every ``got`` is its ``want`` by the one value comparison (course.properties)."""
+    """Every ``got`` is its ``want`` by the one value comparison (course.framework.properties)."""
     try:
         for what, got, want in pairs:
             prop.expect_result(got, want, what, None, strict)

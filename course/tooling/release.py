@@ -1,4 +1,4 @@
-"""A student copy of the course up to one notebook: ``python -m course.release DIR UPTO``.
+"""A student copy of the course up to one notebook: ``python -m course.tooling.release DIR UPTO``.
 
 The copy holds notebooks 00..UPTO (the exercise versions, badges and setup cells pointing at
 ``--repo``), the same notebooks untouched in ``course/templates/`` (what ``make progress``
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import nbformat
 
-from course import nbtools
+from course.tooling import nbtools
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GENERIC_TESTS = [
     "conftest.py",
     "test_check.py",
@@ -197,7 +197,7 @@ def build_site(dest: Path, upto: int, repo: str | None = None, hub: str | None =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m course.release", description=__doc__.split("\n")[0]
+        prog="python -m course.tooling.release", description=__doc__.split("\n")[0]
     )
     parser.add_argument("dest", type=Path, help="folder to create")
     parser.add_argument("upto", type=int, help="last notebook number to release, e.g. 3")

@@ -3,7 +3,7 @@
 A spec's ``domains`` maps an argument to one of the classes below; :func:`draw` turns them into
 cases from the worked example (the spec's first case holding that argument): the same inputs
 with one argument moved to a drawn value, named in words for the message. The draws come from
-:func:`course.observe.generator`, seeded from the session seed, so the trusted replay draws the
+:func:`course.framework.observe.generator`, seeded from the session seed, so the trusted replay draws the
 same inputs; nothing here reads the student's results.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from course.observe import generator
+from course.framework.observe import generator
 
 Bound = float | int | Callable[[Mapping[str, Any]], float] | None
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from course.properties import CheckFailure, tolerance
+from course.framework.properties import CheckFailure, tolerance
 
 
 def blocked_get_zero(name: str, lost: str = "", heads: bool = False) -> dict[str, Callable]:

@@ -13,9 +13,9 @@ A probe runs beside objects the student built; three ways they could bend what i
   scores 0, flagged.
 
 All three hold against the student's *objects*. Against code that rewrites this module or
-``course.observe`` in memory (``gc``, ``ctypes``) no observer inside the student's process
+``course.framework.observe`` in memory (``gc``, ``ctypes``) no observer inside the student's process
 holds: so while grading, a side effect observed there is said in the row and decides no point
-either way (:func:`course.observe.claim`), and every value is re-judged by the trusted
+either way (:func:`course.framework.observe.claim`), and every value is re-judged by the trusted
 replay (docs/grading.md, "What is not protected").
 """
 
