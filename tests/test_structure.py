@@ -1,4 +1,4 @@
-"""The package's shape: no import circle in ``course/``; every exercise check is a spec or says
+"""The package's shape: no import circle in ``course/``, imports toward the framework; every exercise check is a spec or says
 why not; no check types the words of a violated property (``CheckFailure`` composes them from
 the property it is given); checking code is counted by one rule (:func:`checking_lines`). No line cap: what is
 measured is what a newcomer reads to add one exercise (CONTRIBUTING), not the total."""
@@ -64,6 +64,52 @@ def test_no_import_circle_in_course() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
+
+
+# The three parts of course/ (docs/DESIGN.md draws them): what the notebooks import, the checking
+# framework, and the course's own tooling, beside the grader. Imports run one way: toward the
+# framework. Each part, and the parts it may not import.
+STUDENTS = ("course.env", "course.data", "course.models", "course.nn", "course.viz")
+STUDENTS += ("course.measure", "course.checks")
+MAY_NOT_IMPORT = {
+    ("course.framework",): ("course.checks", "course.tooling", "course.grading"),
+    STUDENTS: ("course.tooling", "course.grading", "course.classroom", "course.handins"),
+}
+
+
+def _in(module: str, parts: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in parts)
+
+
+def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import in ``graph`` against :data:`MAY_NOT_IMPORT`."""
+    return sorted(
+        f"{module} -> {dependency}"
+        for module, dependencies in graph.items()
+        for part, banned in MAY_NOT_IMPORT.items()
+        if _in(module, part)
+        for dependency in dependencies
+        if _in(dependency, banned)
+    )
+
+
+def test_imports_run_toward_the_framework() -> None:
+    graph = _imports()
+    assert {"course.framework.spec", "course.checks.nb00", "course.tooling.nbtools"} <= set(graph)
+    assert not wrong_way_imports(graph), wrong_way_imports(graph)
+
+
+def test_an_import_against_the_arrows_is_found() -> None:
+    graph = {
+        "course.framework.spec": {"course.checks.reference"},
+        "course.checks.nb00": {"course.framework.spec"},
+        "course.viz": {"course.tooling.budgets"},
+        "course.tooling.nbtools": {"course.framework.contract", "course.checks"},
+    }
+    assert wrong_way_imports(graph) == [
+        "course.framework.spec -> course.checks.reference",
+        "course.viz -> course.tooling.budgets",
+    ]
 
 
 def test_every_exercise_check_is_a_declared_spec() -> None:
