@@ -305,7 +305,9 @@ def test_a_reach_into_the_check_or_the_probe_earns_nothing(reached, name):
     assert [r.status for r in reached["(honest control)"]] == [grading.PASSED]
     (result,) = reached[name]
     assert result.status in (grading.FAILED, grading.ERROR) and result.flags, result
-    assert "course.framework.sealed" in result.message or "reviews it by hand" in result.message, result
+    # flagged for the import of the probe's module (``from course.framework import sealed`` is
+    # named by its package), or sent to the instructor for its dynamic reach
+    assert "course.framework" in result.message or "reviews it by hand" in result.message, result
 
 
 def test_an_answer_searching_the_students_process_for_the_checks_answer_finds_none(hostile_class):
