@@ -17,6 +17,11 @@ SOLUTIONS ?= 1
 HUB       ?=
 # make test: pytest-xdist workers (auto: one per core, at most 4; each imports torch)
 TEST_JOBS ?= auto
+# make check-notebooks/check-samples: notebooks run at a time. 1: one after another, each with
+# every core (the budgets' setting); N: N at once, one thread each (CI; times then not budgets').
+NB_JOBS ?= 1
+NBVAL := --nbval-lax --nbval-current-env -p no:cacheprovider
+nb_jobs = $(if $(filter-out 1,$(NB_JOBS)),OMP_NUM_THREADS=1 MKL_NUM_THREADS=1,) $(BIN)/python -m pytest $(if $(filter-out 1,$(NB_JOBS)),-n $(NB_JOBS) --dist loadfile --no-loadscope-reorder,)
 
 .DEFAULT_GOAL := help
 
@@ -51,16 +56,16 @@ check: check-static test check-notebooks ## Run every test: generated files, lin
 check-static: setup lint ## Generated files up to date, then lint (the first part of make check)
 	$(BIN)/python -m course.tooling.nbtools check
 
-check-notebooks: setup ## Every solution notebook top to bottom under nbval (the last part of make check)
-	$(BIN)/python -m pytest solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=15
+check-notebooks: setup ## Every solution notebook top to bottom under nbval (the last part of make check) [NB_JOBS=2: two at once]
+	$(nb_jobs) solutions $(NBVAL) --durations=15
 
 check-grading: setup ## The slow end-to-end grading tests: whole submissions graded, progress on full notebooks
 	$(BIN)/python -m pytest tests -m slow -p no:cacheprovider --durations=20
 
-check-samples: setup ## Run notebooks 06-10 as a laptop with no network and no data would: on the bundled samples
+check-samples: setup ## Run notebooks 06-10 as a laptop with no network and no data would: on the bundled samples [NB_JOBS=2]
 	env -u COURSE_DATA_MIRROR COURSE_OFFLINE=1 HF_HUB_OFFLINE=1 COURSE_DATA_DIR="$$(mktemp -d)" \
-	  $(BIN)/python -m pytest solutions/06_*.ipynb solutions/07_*.ipynb solutions/08_*.ipynb solutions/09_*.ipynb solutions/10_*.ipynb \
-	  --nbval-lax --nbval-current-env -p no:cacheprovider
+	  $(nb_jobs) solutions/06_*.ipynb solutions/07_*.ipynb solutions/08_*.ipynb solutions/09_*.ipynb solutions/10_*.ipynb \
+	  $(NBVAL)
 
 test: setup ## Only the fast tests (no notebooks), one worker per core (TEST_JOBS=1: in one process)
 	$(BIN)/python -m pytest tests -q -m "not slow" -n $(TEST_JOBS) --maxprocesses=4

@@ -3,10 +3,15 @@
 nbval reports one test per cell; instructors care about whole notebooks and their budgets
 (course/tooling/budgets.py, explained in docs/DESIGN.md), so we add the cell times up per notebook
 and print them.
+
+Notebooks may also run several at a time (pytest-xdist, ``make check-notebooks NB_JOBS=2``),
+each whole notebook in one worker (``--dist loadfile``), the longest budgets first. Their times
+then share the machine and are not compared with the budgets, which are idle, one-at-a-time times.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,10 +37,21 @@ def _is_notebook_cell(item) -> bool:
     return item.nodeid.split("::")[0].endswith(".ipynb") and hasattr(item, "output_timeout")
 
 
+def _notebook(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if _is_notebook_cell(item):
             item.output_timeout = OUTPUT_TIMEOUT_S
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Several workers: the notebooks with the longest budgets start first, so that the last
+        # one to start is a short one and no worker idles while another finishes a long run
+        # (xdist keeps this order with --no-loadscope-reorder). The cells keep their order.
+        items.sort(
+            key=lambda item: -NOTEBOOK_BUDGET_S.get(Path(_notebook(item.nodeid)).name[:2], 0)
+        )
 
 
 def pytest_runtest_setup(item) -> None:
@@ -53,22 +69,32 @@ def pytest_runtest_teardown(item) -> None:
         if output.get("output_type") == "stream"
     )
     if SAMPLE_DATA_MARKER in text:
-        _on_samples.add(item.nodeid.split("::")[0])
+        _on_samples.add(_notebook(item.nodeid))
+        # Carried on the teardown's report, which reaches the controller of an xdist run.
+        item.user_properties.append(("on_samples", True))
 
 
 def pytest_runtest_logreport(report) -> None:
-    path = report.nodeid.split("::")[0]
+    path = _notebook(report.nodeid)
     if path.endswith(".ipynb"):
         _seconds[path] += report.duration
         if report.failed:
             _failed.add(path)
+        if dict(report.user_properties).get("on_samples"):
+            _on_samples.add(path)
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_terminal_summary(terminalreporter, config) -> None:
     if not _seconds:
         return
     write = terminalreporter.write_line
-    terminalreporter.section("notebook times (nbval, this machine)")
+    # xdist has turned "auto" into a number of workers by now.
+    workers = getattr(config.option, "numprocesses", None)
+    shared = isinstance(workers, int) and workers > 1
+    terminalreporter.section(
+        "notebook times (nbval, this machine"
+        + (f", {workers} at a time: not comparable with the budgets)" if shared else ")")
+    )
     total = 0.0
     for path in sorted(_seconds):
         seconds = _seconds[path]
@@ -76,13 +102,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
         budget = NOTEBOOK_BUDGET_S.get(Path(path).name[:2])
         verdict = (
             ""
-            if budget is None
+            if budget is None or shared
             else ("within" if seconds <= budget else "OVER") + f" {budget} s budget"
         )
         status = "FAILED" if path in _failed else "ok"
         write(f"{path:<45} {seconds:7.1f} s  {status:<6} {verdict}")
     write(f"{'all notebooks':<45} {total:7.1f} s")
-    if len(_seconds) > 1 and not _failed and not _on_samples:
+    if len(_seconds) > 1 and not _failed and not _on_samples and not shared:
         # Ready to paste after an idle run: RUN_TIMES in course/tooling/budgets.py, then `make exercises`.
         measured = {Path(path).name[:2]: round(s, 1) for path, s in sorted(_seconds.items())}
         write(f'course/tooling/budgets.py RUN_TIMES["seconds"] of this run: {measured}')
