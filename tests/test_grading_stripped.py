@@ -8,6 +8,7 @@ the same in both.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -49,8 +50,9 @@ from course.framework.check import probe
 namespace = {"torch": torch}
 exec(sys.argv[2], namespace)
 _, record = probe(modules["nb00"].softmax, namespace["softmax"], seed=5)
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"peft", "scipy", "sklearn"})
 print(json.dumps({"file": course.checks.__file__, "functions": functions, "specs": specs,
-                  "record": record.hex()}))
+                  "record": record.hex(), "loaded": loaded}))
 """
 
 
@@ -141,6 +143,55 @@ def test_a_probe_records_the_same_with_the_copy_as_with_the_graders_checks(seen)
     exec(_solved_softmax(), namespace)  # noqa: S102 - the course's own solution
     _, record = probe(nb00.softmax, namespace["softmax"], seed=5)
     assert bytes.fromhex(seen["record"]) == record
+
+
+def test_the_libraries_only_references_use_are_not_imported_in_the_copy(seen):
+    # peft is notebook 10's reference, scipy's and sklearn's classes notebook 8's: the grader
+    # imports them (test_the_stub_raises_...), the student's process, probing, never needs them.
+    assert seen["loaded"] == []
+
+
+MODULES = {
+    "checks/nb01.py": (
+        "from __future__ import annotations\n"
+        "import math\n"
+        "import json, re\n"
+        "import torch.nn.functional as F\n"
+        "from peft import LoraConfig, get_peft_model\n"
+        "from course.framework import spec\n"
+        "from course.framework.spec import Case\n"
+        "def _reference(x):\n"
+        "    return LoraConfig(r=math.floor(x))\n"
+        "def _helper(x: get_peft_model):\n"
+        "    return json.dumps(x)\n"
+        "def _kept(x):\n"
+        "    return F.relu(x)\n"
+        "SPEC = spec.Spec(reference=_reference, cases=[Case(_kept), _helper])\n"
+    ),
+    "checks/nb02.py": "from course.checks.nb01 import re\nPATTERN = re.compile('x')\n",
+}
+
+
+def test_an_import_only_a_reference_reads_is_dropped_every_other_kept():
+    out = {n: ast.parse(t) for n, t in stripped.strip(MODULES).items()}
+    imports = sorted(
+        f"{getattr(s, 'module', None) or ''}:{a.name}"
+        for s in out["checks/nb01.py"].body
+        if isinstance(s, ast.Import | ast.ImportFrom)
+        for a in s.names
+    )
+    # math and LoraConfig: read by the reference alone, gone with it; the rest is read by
+    # code that stays (json by a helper, get_peft_model by its signature, re by nb02, F by
+    # _kept), and course's own imports and __future__ are never touched.
+    assert imports == [
+        ":json",
+        ":re",
+        ":torch.nn.functional",
+        "__future__:annotations",
+        "course.framework.spec:Case",
+        "course.framework:spec",
+        "peft:get_peft_model",
+    ]
 
 
 def test_the_stub_raises_and_the_graders_own_modules_are_untouched():

@@ -14,7 +14,11 @@ holds a right answer needs to be, or is, in the student's process. Its private c
 * then, until nothing changes, every function of a check module that no remaining code names,
   and every private module-level value no remaining code names, loses its body or value: the
   helpers only a reference used (``course/checks/reference.py``'s attention, the sinusoid
-  table) are gone with it.
+  table) are gone with it;
+* last, every module-level import of a package outside the course that no remaining code
+  names is dropped: the libraries only a reference used (``peft`` in notebook 10's checks,
+  ``scipy`` and ``sklearn``'s in notebook 8's) are not imported in the student's process,
+  where they cost seconds of CPU per notebook and compute nothing.
 
 What the probe needs stays as it was: the cases and their inputs, the domains, the call forms,
 the properties' observations, the modules' builds. An answer that walks frames, ``gc`` or
@@ -187,6 +191,60 @@ def _prune(trees: dict[str, ast.Module]) -> None:
                 statement.value = ast.Constant(None)
 
 
+def _bound(alias: ast.alias) -> str:
+    """The name an import binds: ``import a.b`` binds ``a``, ``import a.b as c`` binds ``c``."""
+    return alias.asname or alias.name.split(".")[0]
+
+
+def _outside_course(statement: ast.Import | ast.ImportFrom) -> bool:
+    """An import of a package outside the course (never ``__future__`` or a relative one)."""
+    if isinstance(statement, ast.ImportFrom):
+        modules = [statement.module or ""] if statement.level == 0 else ["course"]
+    else:
+        modules = [alias.name for alias in statement.names]
+    return all(m.split(".")[0] not in ("", "course", "__future__") for m in modules)
+
+
+def _names_read(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
+    """``(module, name)`` of every name a module's remaining code reads as a variable (its
+    imports aside), and of every name another check module imports from it or reads on it."""
+    modules = {_module(path) for path in trees}
+    read: set[tuple[str, str]] = set()
+    for path, tree in trees.items():
+        module = _module(path)
+        names, aliases = _imports(tree, modules)
+        read |= set(names.values())
+        for statement in tree.body:
+            if isinstance(statement, ast.Import | ast.ImportFrom):
+                continue
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name):
+                    read.add((module, node.id))
+                elif (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases
+                ):
+                    read.add((aliases[node.value.id], node.attr))
+    return read
+
+
+def _drop_unused_imports(trees: dict[str, ast.Module]) -> None:
+    """Drop what each module-level import of a package outside the course binds and no
+    remaining code reads (a stub's signature and another module's import of it count)."""
+    read = _names_read(trees)
+    for path, tree in trees.items():
+        module = _module(path)
+        body = []
+        for statement in tree.body:
+            if isinstance(statement, ast.Import | ast.ImportFrom) and _outside_course(statement):
+                statement.names = [a for a in statement.names if (module, _bound(a)) in read]
+                if not statement.names:
+                    continue
+            body.append(statement)
+        tree.body = body
+
+
 def _decorated(statement: ast.stmt) -> bool:
     """A public decorated function: a check itself (``@exercise_check``), always kept."""
     return isinstance(statement, ast.FunctionDef) and bool(statement.decorator_list)
@@ -208,6 +266,7 @@ def strip(sources: dict[str, str]) -> dict[str, str]:
     """Check modules (name -> source) with their answers taken out, as sources."""
     trees = {name: _TakeOut().visit(ast.parse(text)) for name, text in sources.items()}
     _prune(trees)
+    _drop_unused_imports(trees)
     return {
         name: ast.unparse(ast.fix_missing_locations(_with_stub(tree))) + "\n"
         for name, tree in trees.items()
