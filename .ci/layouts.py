@@ -1,6 +1,8 @@
 """CI: an honest class graded right in five machine layouts.
 
 Run as root from the checkout, with its venv: ``.venv/bin/python .ci/layouts.py [a b ...]``.
+``.ci/layouts.py --prepare`` (any python3.11, no venv needed) only builds layout c's checkout
+and venv, which a later run at the same commit then uses.
 In each layout, one complete submission (every notebook, 06 included; an accented name) and a
 half-done one (only 0.1 written; a name with a space and an accent) are graded with
 ``make grade JOBS=2`` under ``LC_ALL=C`` with ``TMPDIR`` set, and the half-done one again with
@@ -24,6 +26,7 @@ built fails the run: none is skipped. Each layout's time is printed.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import pwd
@@ -36,14 +39,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from course.classroom import all_exercises, notebook_paths  # noqa: E402
 
 WORK = Path(os.environ.get("COURSE_LAYOUTS_DIR", "/var/tmp/course-layouts"))
 UNDER_TMP = Path("/tmp/course-layouts-b")
 USER = "courseci"
 COMPLETE = ["chloé", "ann"]  # ann only in layout a: several complete hand-ins in one run
 HALF = "dan Ðoré"
-EXERCISES = [e for _, e in all_exercises(notebook_paths(ROOT / "notebooks"))]
+
+
+@functools.cache
+def exercises() -> list[str]:
+    """The course's exercises, in order (imported here: ``--prepare`` runs before the venv)."""
+    from course.classroom import all_exercises, notebook_paths
+
+    return [e for _, e in all_exercises(notebook_paths(ROOT / "notebooks"))]
+
+
 RIGHT_SOFTMAX = (
     "def softmax(x, dim=-1):\n"
     "    e = (x - x.amax(dim=dim, keepdim=True)).exp()\n"
@@ -149,6 +160,9 @@ def user_checkout() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.chown(folder, USER, USER)
     checkout = folder / "course"
+    prepared = folder / "prepared"  # the HEAD whose checkout and venv --prepare built
+    if prepared.exists() and prepared.read_text() == _head(ROOT) == _head(checkout):
+        return checkout
     reuse = os.environ.get("COURSE_LAYOUTS_REUSE", "")
     if reuse == "keep" and list(checkout.glob(".venv/.installed*")):
         return checkout  # (developing this script) as it is: another run may be using it
@@ -174,6 +188,25 @@ def user_checkout() -> Path:
         f"c: the non-root user's make setup (python3.11 from /usr/bin) took {time.time() - start:.0f} s"
     )
     return checkout
+
+
+def _head(checkout: Path) -> str:
+    done = run(["git", "-c", "safe.directory=*", "-C", str(checkout), "rev-parse", "HEAD"])
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def prepare() -> int:
+    """Build layout c's checkout and venv only, for a later run of this HEAD to grade with.
+    It needs no venv of this checkout (Debian's python3.11 runs it), so CI runs it beside
+    ``make setup``: the two installs, each on one core."""
+    if os.geteuid() != 0:
+        raise SystemExit("run .ci/layouts.py as root: it builds every layout (a user, clones)")
+    WORK.mkdir(parents=True, exist_ok=True)
+    WORK.chmod(0o755)
+    (WORK / "c" / "prepared").unlink(missing_ok=True)
+    checkout = user_checkout()
+    (WORK / "c" / "prepared").write_text(_head(checkout))
+    return 0
 
 
 def no_bwrap_path(folder: Path) -> str:
@@ -248,15 +281,15 @@ def grade_layout(
     assert set(grades) == {*complete, HALF}, f"{name}: rows {sorted(grades)}"
     for student in complete:
         row = grades[student]
-        wrong = {e: row[e] for e in EXERCISES if row[e] != "1"}
+        wrong = {e: row[e] for e in exercises() if row[e] != "1"}
         assert not wrong, f"{name}: {student} did not get full marks: {wrong}"
-        assert float(row["total"]) == len(EXERCISES), f"{name}: {student} total {row['total']}"
+        assert float(row["total"]) == len(exercises()), f"{name}: {student} total {row['total']}"
     half = grades[HALF]
     assert half["0.1"] == "1", f"{name}: {HALF}'s 0.1: {half['0.1']}"
-    assert all(half[e] == "0" for e in EXERCISES if e != "0.1"), f"{name}: {HALF}: {half}"
+    assert all(half[e] == "0" for e in exercises() if e != "0.1"), f"{name}: {HALF}: {half}"
     feedback = (out / "feedback" / f"{HALF}.md").read_text(encoding="utf-8")
     started = feedback.count("(not implemented, 0 of")
-    assert started == len(EXERCISES) - 1, f"{name}: {HALF}'s feedback: {started} not started"
+    assert started == len(exercises()) - 1, f"{name}: {HALF}'s feedback: {started} not started"
     # make progress agrees with make grade: the same exercises passed, the rest not started.
     shown = must(
         run(
@@ -270,13 +303,13 @@ def grade_layout(
     rows = progress_rows(shown.stdout)
     assert {e for e, s in rows.items() if s == "passed"} == {"0.1"}, f"{name}: {HALF}: {rows}"
     assert all(s == "not started" for e, s in rows.items() if e != "0.1"), rows
-    assert f"passed: 1 of {len(EXERCISES)} exercises" in shown.stdout
-    graded = {e for e in EXERCISES if grades[HALF][e] == "1"}
+    assert f"passed: 1 of {len(exercises())} exercises" in shown.stdout
+    graded = {e for e in exercises() if grades[HALF][e] == "1"}
     assert graded == {"0.1"}, f"{name}: progress and grade disagree for {HALF}"
     seconds = time.time() - start
     say(
         f"{name}: {len(complete)} complete hand-ins full marks, {HALF} 1 passed and "
-        f"{len(EXERCISES) - 1} not started, progress agrees; isolation {isolation}; {seconds:.0f} s"
+        f"{len(exercises()) - 1} not started, progress agrees; isolation {isolation}; {seconds:.0f} s"
     )
     return seconds
 
@@ -302,7 +335,7 @@ def progress_rows(table: str) -> dict[str, str]:
     rows = {}
     for line in table.splitlines():
         parts = line.split(None, 2)
-        if len(parts) == 3 and parts[1] in EXERCISES and not line.startswith("(written)"):
+        if len(parts) == 3 and parts[1] in exercises() and not line.startswith("(written)"):
             status = parts[2]
             rows[parts[1]] = (
                 "passed"
@@ -384,4 +417,4 @@ def main(wanted: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(prepare() if sys.argv[1:] == ["--prepare"] else main(sys.argv[1:]))
