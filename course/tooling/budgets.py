@@ -268,13 +268,13 @@ GRADING_COSTS: dict = {
         },
     },
     "complete": {
-        "cpu_s": 64.6,
-        "wall_s": 71.5,
-        "peak_mib": 924,
+        "cpu_s": 67.6,
+        "wall_s": 74.9,
+        "peak_mib": 901,
         "when": "2026-11-29",
         "where": (
             "a 2-core x86-64 virtual machine (Intel Xeon at 2.80GHz, no native bf16), otherwise "
-            "idle (load average 1.5 at its start; `nice -n -10`), at commit ed9bc2e"
+            "idle (load average 0.55 at its start; `nice -n -10`), at commit fff88a7"
         ),
     },
 }
