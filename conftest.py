@@ -4,7 +4,7 @@ nbval reports one test per cell; instructors care about whole notebooks and thei
 (course/tooling/budgets.py, explained in docs/DESIGN.md), so we add the cell times up per notebook
 and print them.
 
-Notebooks may also run several at a time (pytest-xdist, ``make check-notebooks NB_JOBS=2``),
+Notebooks may also run several at a time (pytest-xdist, ``make check-notebooks NB_JOBS=3``),
 each whole notebook in one worker (``--dist loadfile``), the longest budgets first. Their times
 then share the machine and are not compared with the budgets, which are idle, one-at-a-time times.
 """
@@ -45,13 +45,23 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if _is_notebook_cell(item):
             item.output_timeout = OUTPUT_TIMEOUT_S
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # Several workers: the notebooks with the longest budgets start first, so that the last
-        # one to start is a short one and no worker idles while another finishes a long run
-        # (xdist keeps this order with --no-loadscope-reorder). The cells keep their order.
-        items.sort(
-            key=lambda item: -NOTEBOOK_BUDGET_S.get(Path(_notebook(item.nodeid)).name[:2], 0)
-        )
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers:
+        order = _start_order(sorted({_notebook(item.nodeid) for item in items}), workers)
+        items.sort(key=lambda item: order.index(_notebook(item.nodeid)))
+
+
+def _start_order(notebooks: list[str], workers: int) -> list[str]:
+    """The order that several workers take ``notebooks`` in: the ``workers`` longest budgets
+    first, then as many of the shortest, then the rest, longest first.
+
+    xdist hands each worker its first two notebooks at once (and keeps this order with
+    --no-loadscope-reorder), so the second of each must be short: a long one queued behind
+    another long one would run last, alone, while the other workers idle."""
+    longest = sorted(notebooks, key=lambda path: -NOTEBOOK_BUDGET_S.get(Path(path).name[:2], 0))
+    first = longest[:workers]
+    second = longest[workers:][::-1][:workers]
+    return first + second + [path for path in longest if path not in first + second]
 
 
 def pytest_runtest_setup(item) -> None:
