@@ -152,14 +152,20 @@ def _used(trees: dict[str, ast.Module], emptied: set[tuple[str, str]]) -> set[tu
             reads = _reads(statement) - {own}
             used.update((module, n) for n in reads)
             used.update(names[n] for n in reads if n in names)
-            for node in ast.walk(statement):
-                if (
-                    isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases
-                ):
-                    used.add((aliases[node.value.id], node.attr))
+            used |= _read_on_modules(statement, aliases)
     return used
+
+
+def _read_on_modules(statement: ast.stmt, aliases: dict[str, str]) -> set[tuple[str, str]]:
+    """``(module, name)`` of every ``alias.name`` that ``statement`` reads on a check module
+    imported as ``alias`` (``aliases``: alias -> module)."""
+    return {
+        (aliases[node.value.id], node.attr)
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in aliases
+    }
 
 
 def _prune(trees: dict[str, ast.Module]) -> None:
@@ -217,15 +223,8 @@ def _names_read(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
         for statement in tree.body:
             if isinstance(statement, ast.Import | ast.ImportFrom):
                 continue
-            for node in ast.walk(statement):
-                if isinstance(node, ast.Name):
-                    read.add((module, node.id))
-                elif (
-                    isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases
-                ):
-                    read.add((aliases[node.value.id], node.attr))
+            read |= {(module, n.id) for n in ast.walk(statement) if isinstance(n, ast.Name)}
+            read |= _read_on_modules(statement, aliases)
     return read
 
 
